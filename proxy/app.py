@@ -1,0 +1,219 @@
+"""The Starlette app: routes, errors and lifespan. Glue only; decisions live elsewhere."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from .chat import authorize, chat_completions
+from .config import Settings
+from .context import AppContext
+from .conversation import tenant_of
+from .errors import ProxyError, error_body
+from .intake import too_large
+from .store import ConvKey, Store, StoreError, open_store
+from .summarizer import Summarizer
+from .tokens import TokenCounter
+from .models import context_window
+from .upstream import (
+    create_client,
+    forward_headers,
+    response_headers,
+    transport_error,
+    upstream_url,
+)
+
+log = logging.getLogger("context_proxy.app")
+
+JSON = "application/json"
+
+
+def create_app(
+    settings: Settings,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    store: Store | None = None,
+    counter: TokenCounter | None = None,
+) -> Starlette:
+    """Build the proxy. Tests inject a transport (no network) and a store."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        client = create_client(settings.upstream, transport)
+        s = settings.store
+        the_store = store or open_store(s.backend, path=s.path, url=s.url, ttl_s=s.ttl_s,
+                                        max_conversations=s.max_conversations)
+        r = settings.reduction
+        summarizer_model = r.summarizer_model
+        window = context_window(summarizer_model or "gpt-4o-mini", settings.models.windows,
+                                settings.models.default_context_tokens)
+        summarizer = Summarizer(
+            client,
+            base_url=r.summarizer_base_url or settings.upstream.base_url,
+            model=summarizer_model,
+            timeout_s=r.summarizer_timeout_s,
+            window_tokens=window,
+        )
+        ctx = AppContext(settings, client, the_store, counter or TokenCounter(), summarizer)
+        try:
+            yield {"ctx": ctx}
+        finally:
+            await client.aclose()
+            if store is None:
+                await the_store.close()
+
+    routes = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/{path:path}", passthrough,
+              methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/admin/conversations", admin_list, methods=["GET"]),
+        Route("/admin/conversations/{id}", admin_conversation, methods=["GET", "DELETE"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={ProxyError: proxy_error, Exception: unexpected_error},
+    )
+
+
+async def proxy_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProxyError)
+    return Response(exc.body(), status_code=exc.status, media_type=JSON)
+
+
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    # A bug of ours must not look like the upstream's 500; say whose fault it is.
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    body = error_body("The proxy failed to handle this request.", type="proxy_error",
+                      code="proxy_internal_error")
+    return Response(body, status_code=502, media_type=JSON)
+
+
+async def passthrough(request: Request) -> Response:
+    """Every other /v1/ route: method, path, query, body and status unchanged, streamed."""
+    ctx: AppContext = request.state.ctx
+    authorize(ctx, request)
+    limit = ctx.settings.server.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    headers = forward_headers(request.headers.items(), ctx.settings.upstream)
+    if declared is not None:
+        headers["content-length"] = declared
+    has_body = request.method not in ("GET", "HEAD") and (
+        declared not in (None, "0") or "transfer-encoding" in request.headers)
+    upstream_request = ctx.client.build_request(
+        request.method,
+        upstream_url(ctx.settings.upstream.base_url, request.url.path, request.url.query),
+        headers=headers,
+        content=request.stream() if has_body else None,
+    )
+    try:
+        response = await ctx.client.send(upstream_request, stream=True)
+    except httpx.HTTPError as exc:
+        raise transport_error(exc) from None
+    return StreamingResponse(
+        response.aiter_raw(),
+        status_code=response.status_code,
+        headers=response_headers(response.headers),
+        background=BackgroundTask(response.aclose),
+    )
+
+
+async def healthz(request: Request) -> Response:
+    ctx: AppContext = request.state.ctx
+    try:
+        await ctx.store.ping()
+        store_status, status = "ok", 200
+    except StoreError:
+        store_status, status = "unreachable", 503
+    body = {"status": "ok" if status == 200 else "degraded", "store": store_status,
+            "backend": ctx.settings.store.backend, "tokenizer":
+            "tiktoken" if ctx.counter.exact else "estimate"}
+    return Response(orjson.dumps(body), status_code=status, media_type=JSON)
+
+
+def _admin(request: Request) -> AppContext:
+    ctx: AppContext = request.state.ctx
+    token = ctx.settings.auth.admin_token
+    if not token:
+        raise ProxyError(404, "Admin routes are disabled (set auth.admin_token).",
+                         code="not_found")
+    given = request.headers.get("authorization", "")
+    given = given[7:] if given[:7].lower() == "bearer " else ""
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise ProxyError(401, "Admin token required.", type="authentication_error",
+                         code="invalid_admin_token")
+    return ctx
+
+
+def _tenant(request: Request) -> str:
+    """Admins address a tenant by its hash, or by the client key it belongs to."""
+    tenant = request.query_params.get("tenant")
+    if tenant:
+        return tenant
+    return tenant_of(request.headers.get("x-client-key", ""))
+
+
+async def admin_list(request: Request) -> Response:
+    ctx = _admin(request)
+    limit = _int_param(request, "limit", 50, 1, 1000)
+    offset = _int_param(request, "offset", 0, 0, 10**9)
+    tenant = request.query_params.get("tenant") or None
+    try:
+        items = await ctx.store.list_conversations(tenant, limit=limit, offset=offset)
+    except StoreError:
+        raise ProxyError(503, "The store is unreachable.", type="server_error") from None
+    data = [{"tenant": c.key.tenant, "id": c.key.conversation, "turns": c.turns,
+             "updated_at": c.updated_at} for c in items]
+    return Response(orjson.dumps({"object": "list", "data": data, "limit": limit,
+                                  "offset": offset}), media_type=JSON)
+
+
+async def admin_conversation(request: Request) -> Response:
+    ctx = _admin(request)
+    key = ConvKey(_tenant(request), request.path_params["id"])
+    try:
+        if request.method == "DELETE":
+            deleted = await ctx.store.delete(key)
+            if not deleted:
+                raise ProxyError(404, "No such conversation.", code="conversation_not_found")
+            return Response(orjson.dumps({"id": key.conversation, "deleted": True}),
+                            media_type=JSON)
+        latest = await ctx.store.latest(key)
+        if latest is None:
+            raise ProxyError(404, "No such conversation.", code="conversation_not_found")
+        archive = await ctx.store.archive(key, limit=_int_param(request, "limit", 1000, 1,
+                                                                100_000))
+    except StoreError:
+        raise ProxyError(503, "The store is unreachable.", type="server_error") from None
+    body = {
+        "id": key.conversation,
+        "tenant": key.tenant,
+        "turns": latest.turns,
+        "state": latest.state,
+        "working": latest.working,
+        "archive": [a.message for a in archive],
+    }
+    return Response(orjson.dumps(body), media_type=JSON)
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ProxyError(400, f"'{name}' must be an integer from {low} to {high}.", param=name)
+    return int(raw)

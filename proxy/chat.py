@@ -1,0 +1,272 @@
+"""`POST /v1/chat/completions`: recognise, reconcile, reduce, forward, relay, commit.
+
+The turn is committed only after the upstream's answer completed: for a
+stream, inside the relaying generator after the last byte, so a client that
+disconnects (which cancels the generator and closes the upstream response)
+leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from . import conversation as conv
+from .context import AppContext
+from .errors import ProxyError
+from .intake import as_messages, parse_chat, read_body, reserved_output
+from .messages import Message, chain_hashes, message_hash
+from .reduction import reduce
+from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction
+from .sse import StreamAssembler, message_from_completion
+from .store import ArchiveEntry, ConvKey, Snapshot, StoreError, TurnCommit
+from .summarizer import SummarizerUnavailable
+from .upstream import (
+    bearer_token,
+    forward_headers,
+    response_headers,
+    transport_error,
+    upstream_url,
+)
+
+log = logging.getLogger("context_proxy.chat")
+
+
+@dataclass
+class Outcome:
+    """What this turn forwards and must store once the answer is complete."""
+
+    key: ConvKey
+    turn: conv.Turn
+    reduction: Reduction
+    tokens_in: int
+    summaries_made: int
+    summarizer_tokens: int
+    stateless: bool
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-conversation-id": self.key.conversation,
+            "x-context-reduction": ",".join(self.reduction.kinds),
+            "x-context-tokens-in": str(self.tokens_in),
+            "x-context-tokens-out": str(self.reduction.tokens_out),
+        }
+
+
+async def chat_completions(request: Request) -> Response:
+    ctx: AppContext = request.state.ctx
+    body = await read_body(request, ctx.settings.server.max_body_bytes)
+    payload = parse_chat(body)
+    api_key = authorize(ctx, request)
+    mode = request.headers.get("x-context-mode", "full").strip().lower()
+    if mode not in ("full", "append"):
+        raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.",
+                         param="X-Context-Mode")
+    strategy = request.headers.get("x-context-strategy", "").strip().lower()
+    strategy = strategy or ctx.settings.reduction.strategy
+    if strategy not in STRATEGIES:
+        raise ProxyError(400, f"X-Context-Strategy must be one of {', '.join(STRATEGIES)}.",
+                         param="X-Context-Strategy")
+    if ctx.settings.reduction.trigger_ratio == 0:
+        strategy = "none"  # ensemble: a threshold of 0 disables compaction
+    messages = as_messages(payload)
+    ident = conv.identify(conv.tenant_of(api_key), request.headers.get("x-conversation-id"),
+                          messages)
+    key = ConvKey(ident.tenant, ident.conversation)
+    headers = forward_headers(request.headers.items(), ctx.settings.upstream)
+    lock = ctx.locks.get(key) if mode == "append" else None
+    if lock is not None:
+        await lock.acquire()
+    try:
+        outcome = await prepare(ctx, key, payload, messages, mode, strategy, headers)
+        forwarded = {**payload, "messages": list(outcome.reduction.messages)}
+        response = await send(ctx, forwarded, headers)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    release = lock.release if lock is not None else _noop
+    if payload.get("stream") and response.status_code == 200:
+        return StreamingResponse(
+            relay(ctx, response, outcome, release),
+            status_code=200,
+            headers={**response_headers(response.headers), **outcome.headers()},
+        )
+    try:
+        content = await response.aread()
+        if response.status_code == 200:
+            answer = message_from_completion(_json(content))
+            if answer is not None:
+                await commit(ctx, outcome, answer)
+    finally:
+        await response.aclose()
+        release()
+    extra = outcome.headers() if response.status_code == 200 else {
+        "x-conversation-id": key.conversation}
+    return Response(content, status_code=response.status_code,
+                    headers={**response_headers(response.headers), **extra})
+
+
+def authorize(ctx: AppContext, request: Request) -> str:
+    api_key = bearer_token(request.headers)
+    keys = ctx.settings.auth.client_keys
+    if keys and not any(hmac.compare_digest(api_key.encode(), k.encode()) for k in keys):
+        raise ProxyError(401, "Incorrect API key provided for this proxy.",
+                         code="invalid_api_key")
+    return api_key
+
+
+async def prepare(
+    ctx: AppContext, key: ConvKey, payload: dict[str, Any], messages: list[Message],
+    mode: str, strategy: str, headers: dict[str, str],
+) -> Outcome:
+    stateless = False
+    if mode == "append":
+        try:
+            stored = await ctx.store.latest(key)
+        except StoreError:
+            raise ProxyError(503, "The conversation store is unreachable; append mode cannot "
+                             "supply the history.", type="server_error",
+                             code="store_unavailable") from None
+        if stored is None:
+            raise ProxyError(404, f"Unknown conversation '{key.conversation}'. Start it with "
+                             "a full-history request (without X-Context-Mode: append).",
+                             param="X-Conversation-Id", code="conversation_not_found")
+        turn = conv.reconcile_append(messages, stored.working, stored.state,
+                                     stored.position + 1)
+    else:
+        hashes = chain_hashes(messages)
+        try:
+            snapshot = await ctx.store.find_snapshot(key, hashes)
+        except StoreError:
+            log.warning("store unreachable; reducing %s without stored state", key.conversation)
+            snapshot, stateless = None, True
+        turn = conv.reconcile_full(
+            messages, hashes,
+            snapshot.position if snapshot else None, snapshot.state if snapshot else None,
+        )
+    model = str(payload["model"])
+    count = ctx.counter.for_model(model)
+    tokens_in = ctx.counter.count_messages(model, turn.history)
+    if strategy == "none":
+        return Outcome(key, turn, _unreduced(turn, tokens_in), tokens_in, 0, 0, stateless)
+    policy = ctx.policy(strategy)
+    budget = ctx.budget(model, reserved_output(payload))
+    try:
+        reduction = reduce(turn.working, policy, budget, count)
+    except ContextTooLarge as exc:
+        raise ProxyError(400, str(exc), param="messages",
+                         code="context_length_exceeded") from None
+    made = spent = 0
+    if reduction.summary_requests:
+        try:
+            texts: dict[str, str] = {}
+            results = await asyncio.gather(*(
+                ctx.summarizer.summarize(r, model=model, headers=headers)
+                for r in reduction.summary_requests))
+            for req, result in zip(reduction.summary_requests, results, strict=True):
+                texts[req.key] = result.text
+                spent += result.tokens
+            made = len(results)
+            reduction = reduce(turn.working, policy, budget, count, texts)
+        except SummarizerUnavailable as exc:
+            log.warning("summarizer failed (%s); forwarding a window reduction", exc)
+            reduction = _with_kind(reduction, "fallback")
+    if stateless:
+        reduction = _with_kind(reduction, "fallback")
+    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless)
+
+
+def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:
+    return Reduction(messages=turn.history, state=turn.working.state, kinds=("none",),
+                     tokens_out=tokens)
+
+
+def _with_kind(reduction: Reduction, kind: str) -> Reduction:
+    kinds = set(reduction.kinds) | {kind}
+    ordered = tuple(k for k in KINDS if k in kinds)
+    return Reduction(messages=reduction.messages, state=reduction.state, kinds=ordered,
+                     tokens_out=reduction.tokens_out, dropped=reduction.dropped,
+                     reason=reduction.reason)
+
+
+async def send(ctx: AppContext, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+    # The proxy reads the answer to keep it, so it asks for an uncompressed one.
+    request = ctx.client.build_request(
+        "POST",
+        upstream_url(ctx.settings.upstream.base_url, "/v1/chat/completions"),
+        content=orjson.dumps(body),
+        headers={**headers, "content-type": "application/json", "accept-encoding": "identity"},
+    )
+    try:
+        return await ctx.client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise transport_error(exc) from None
+
+
+async def relay(
+    ctx: AppContext, response: httpx.Response, outcome: Outcome, release: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
+    assembler = StreamAssembler()
+    try:
+        async for chunk in response.aiter_raw():
+            assembler.feed(chunk)
+            yield chunk
+        assembler.close()
+        if assembler.complete:
+            await commit(ctx, outcome, assembler.message())
+    except httpx.HTTPError as exc:
+        # Headers are gone already; end the stream with an OpenAI-style error event.
+        err = transport_error(exc)
+        yield b"data: " + err.body() + b"\n\n"
+    finally:
+        await response.aclose()
+        release()
+
+
+async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
+    turn, reduction = outcome.turn, outcome.reduction
+    answer_hash = message_hash(answer, turn.head)
+    parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
+    entries = [ArchiveEntry(h, p, m)
+               for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)]
+    entries.append(ArchiveEntry(answer_hash, turn.head, answer))
+    evicted = reduction.state.tail_start - turn.working.state.tail_start
+    working = [*turn.working.leading, *turn.working.tail[max(0, evicted):], answer]
+    state = {
+        "leading": len(turn.working.leading),
+        "reduction": conv.state_to_json(reduction.state),
+        "answer_hash": answer_hash,
+        "stats": conv.accumulate_stats(
+            turn.prior, kinds=reduction.kinds, tokens_in=outcome.tokens_in,
+            tokens_out=reduction.tokens_out, summaries_made=outcome.summaries_made,
+            summarizer_tokens=outcome.summarizer_tokens),
+    }
+    snapshot = Snapshot(head=turn.head, position=turn.position, state=state,
+                        created_at=time.time())
+    try:
+        await ctx.store.commit(TurnCommit(outcome.key, entries, snapshot, working))
+    except StoreError as exc:
+        log.error("could not store turn of %s: %s", outcome.key.conversation, exc)
+
+
+def _json(content: bytes) -> Any:
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _noop() -> None:
+    return None

@@ -1,0 +1,276 @@
+"""Settings: TOML file, then `CONTEXT_PROXY_<SECTION>_<KEY>` environment variables, then flags.
+
+Settings are frozen dataclasses loaded once at start-up and passed down; no
+module reads the environment later. Each field carries its documentation in
+`metadata["doc"]`, so the configuration reference is generated from the same
+definition the loader uses and cannot drift (`context-proxy config-doc`).
+Every problem is reported at start-up as a `ConfigError` naming its key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .reduction.types import STRATEGIES
+
+ENV_PREFIX = "CONTEXT_PROXY_"
+
+
+def _doc(text: str, **kw: Any) -> Any:
+    return field(metadata={"doc": text}, **kw)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = _doc("Address to listen on.", default="127.0.0.1")
+    port: int = _doc("Port to listen on.", default=8787)
+    max_body_bytes: int = _doc(
+        "Largest request body accepted; larger ones get 413.", default=32 * 1024 * 1024
+    )
+    log_level: str = _doc("debug | info | warning | error.", default="info")
+
+
+@dataclass(frozen=True)
+class UpstreamSettings:
+    base_url: str = _doc("The OpenAI-compatible API that requests go to.",
+                         default="https://api.openai.com/v1")
+    timeout_s: float = _doc("Seconds to wait for the upstream to answer (and between "
+                            "streamed chunks) before a 504.", default=600.0)
+    connect_timeout_s: float = _doc("Seconds to establish a connection before a 502.",
+                                    default=10.0)
+    api_key: str = _doc("When set, sent upstream instead of the client's key; then clients "
+                        "must present one of [auth].client_keys.", default="")
+    max_connections: int = _doc("Size of the pooled upstream connection pool.", default=512)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    backend: str = _doc("memory | sqlite | redis.", default="sqlite")
+    path: str = _doc("SQLite database file.", default="context-proxy.db")
+    url: str = _doc("Redis URL.", default="redis://127.0.0.1:6379/0")
+    ttl_s: int = _doc("Idle conversations expire after this many seconds.", default=2_592_000)
+    max_conversations: int = _doc("Bound of the memory backend.", default=10_000)
+
+
+@dataclass(frozen=True)
+class ReductionSettings:
+    strategy: str = _doc("none | messages | tokens | summarize | tiered | filter.",
+                         default="summarize")
+    trigger_ratio: float = _doc("Reduce when the history passes this share of the context "
+                                "window (less reserved output).", default=0.7)
+    keep_recent_ratio: float = _doc("Share of the history budget kept verbatim after a "
+                                    "summary.", default=0.3)
+    target_messages: int = _doc("messages strategy (and summarize by count): messages kept.",
+                                default=20)
+    threshold_messages: int = _doc("Reduce only when target + threshold is exceeded.",
+                                   default=5)
+    summarize_by: str = _doc("What triggers summarize: tokens | messages | both.",
+                             default="tokens")
+    single_summary: bool = _doc("true: re-summarise the old summary with the newly evicted "
+                                "messages; false: layered summaries.", default=True)
+    repair_tool_chains: bool = _doc("Drop orphaned tool results and close unanswered calls "
+                                    "on the way out.", default=True)
+    summarizer_model: str = _doc("Model for summaries; empty: the request's own model.",
+                                 default="")
+    summarizer_base_url: str = _doc("Where summaries are requested; empty: "
+                                    "upstream.base_url.", default="")
+    summarizer_timeout_s: float = _doc("A summary slower than this falls back to a window.",
+                                       default=60.0)
+    pinned_prefixes: tuple[str, ...] = _doc(
+        "filter strategy: messages starting with these are always kept.",
+        default=("SYSTEM CONTEXT (JSON):",),
+    )
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    enabled: bool = _doc("Bring back archived messages relevant to the current question.",
+                         default=False)
+    k: int = _doc("How many archived messages at most.", default=3)
+    method: str = _doc("lexical | embeddings.", default="lexical")
+    embedding_model: str = _doc("Model for embeddings recall.",
+                                default="text-embedding-3-small")
+    max_tokens: int = _doc("Token cap of the recalled block.", default=2000)
+
+
+@dataclass(frozen=True)
+class ModelsSettings:
+    default_context_tokens: int = _doc("Context window of models missing from the table.",
+                                       default=128_000)
+    windows: Mapping[str, int] = _doc("Per-model context windows, e.g. "
+                                      '"my-local-model" = 32768.', default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    client_keys: tuple[str, ...] = _doc("When set, clients must present one of these keys.",
+                                        default=())
+    admin_token: str = _doc("Enables /admin/* for `Authorization: Bearer <token>`.",
+                            default="")
+    allow_anonymous: bool = _doc("Allow an upstream.api_key without client_keys (an open "
+                                 "relay); only for trusted networks.", default=False)
+
+
+@dataclass(frozen=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    upstream: UpstreamSettings = field(default_factory=UpstreamSettings)
+    store: StoreSettings = field(default_factory=StoreSettings)
+    reduction: ReductionSettings = field(default_factory=ReductionSettings)
+    recall: RecallSettings = field(default_factory=RecallSettings)
+    models: ModelsSettings = field(default_factory=ModelsSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
+
+
+SECTIONS: dict[str, type[Any]] = {
+    f.name: typing.get_type_hints(Settings)[f.name] for f in dataclasses.fields(Settings)
+}
+
+
+def load_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Merge file, environment and flag values (later wins) and validate them."""
+    raw: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    if path is not None:
+        raw_file = _read_toml(Path(path))
+        for section, values in raw_file.items():
+            if section not in SECTIONS:
+                raise ConfigError(f"{path}: unknown section [{section}]")
+            if not isinstance(values, dict):
+                raise ConfigError(f"{path}: [{section}] must be a table")
+            raw[section].update(values)
+    for section, key, value in _from_env(os.environ if env is None else env):
+        raw[section][key] = value
+    for section, values in (overrides or {}).items():
+        raw[section].update({k: v for k, v in values.items() if v is not None})
+    sections = {name: _build(name, SECTIONS[name], raw[name]) for name in SECTIONS}
+    settings = Settings(**sections)
+    _validate(settings)
+    return settings
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _from_env(env: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    found = []
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        section, _, key = rest.partition("_")
+        if section in SECTIONS and key:
+            found.append((section, key, value))
+    return found
+
+
+def _build(section: str, cls: type[Any], values: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in names:
+            kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)
+        elif section == "models":
+            extra[key] = _coerce(f"models.{key}", int, value)
+        else:
+            raise ConfigError(f"unknown setting {section}.{key}")
+    if section == "models":
+        kwargs["windows"] = {**kwargs.get("windows", {}), **extra}
+    return cls(**kwargs)
+
+
+def _coerce(key: str, hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+        if hint is int:
+            if isinstance(value, bool):
+                raise ValueError("expected an integer")
+            return int(value)
+        if hint is float:
+            if isinstance(value, bool):
+                raise ValueError("expected a number")
+            return float(value)
+        if hint is str:
+            if not isinstance(value, str | int | float):
+                raise ValueError("expected a string")
+            return str(value)
+        if origin is tuple:
+            items = [s for s in value.split(",") if s] if isinstance(value, str) else value
+            if not isinstance(items, list | tuple):
+                raise ValueError("expected a list")
+            return tuple(str(i) for i in items)
+        if origin in (Mapping, dict) or isinstance(hint, types.GenericAlias):
+            if not isinstance(value, dict):
+                raise ValueError("expected a table")
+            return {str(k): int(v) for k, v in value.items()}
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}: {exc} (got {value!r})") from None
+    raise ConfigError(f"{key}: unsupported type {hint}")
+
+
+def _validate(s: Settings) -> None:
+    def check(ok: bool, key: str, message: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {message}")
+
+    check(0 < s.server.port < 65536, "server.port", "must be between 1 and 65535")
+    check(s.server.max_body_bytes > 0, "server.max_body_bytes", "must be positive")
+    check(s.upstream.base_url.startswith(("http://", "https://")), "upstream.base_url",
+          "must be an http:// or https:// URL")
+    check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
+    check(s.store.backend in ("memory", "sqlite", "redis"), "store.backend",
+          "must be memory, sqlite or redis")
+    check(s.store.ttl_s > 0, "store.ttl_s", "must be positive")
+    r = s.reduction
+    check(r.strategy in STRATEGIES, "reduction.strategy", f"must be one of {STRATEGIES}")
+    check(0 <= r.trigger_ratio <= 1, "reduction.trigger_ratio", "must be within [0, 1]")
+    check(0 < r.keep_recent_ratio < 1, "reduction.keep_recent_ratio", "must be within (0, 1)")
+    check(r.target_messages >= 1, "reduction.target_messages", "must be at least 1")
+    check(r.threshold_messages >= 0, "reduction.threshold_messages", "must be >= 0")
+    check(r.summarize_by in ("tokens", "messages", "both"), "reduction.summarize_by",
+          "must be tokens, messages or both")
+    check(not r.summarizer_base_url or r.summarizer_base_url.startswith(("http://", "https://")),
+          "reduction.summarizer_base_url", "must be an http:// or https:// URL")
+    check(s.recall.method in ("lexical", "embeddings"), "recall.method",
+          "must be lexical or embeddings")
+    check(s.models.default_context_tokens > 0, "models.default_context_tokens",
+          "must be positive")
+    for model, window in s.models.windows.items():
+        check(window > 0, f"models.{model}", "must be positive")
+    check(
+        not s.upstream.api_key or bool(s.auth.client_keys) or s.auth.allow_anonymous,
+        "auth.client_keys",
+        "upstream.api_key is set, so clients must present one of auth.client_keys "
+        "(or set auth.allow_anonymous = true); refusing to run as an open relay",
+    )

@@ -1,0 +1,182 @@
+"""Which conversation a request belongs to, and how it lines up with what was stored.
+
+Pure functions: the app loads stored values, these decide, the app writes.
+
+Matching is by content, not by count: every message gets a hash chained to
+its parent's (`messages.chain_hashes`), and each completed turn is stored
+as a snapshot keyed by the hash of the last message it forwarded. A
+full-history request continues the snapshot whose head appears latest in
+its own chain, so an edit or a regeneration continues from the point of
+divergence, and two conversations that open alike (and so share a derived
+id) each find their own branch without disturbing the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ProxyError
+from .messages import Message, canonical, chain_hashes, split_leading
+from .reduction.types import ReductionState, SummaryBlock, Working
+
+MAX_ID_LENGTH = 200
+_ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+@dataclass(frozen=True)
+class Identity:
+    tenant: str
+    conversation: str
+    derived: bool
+
+
+def tenant_of(api_key: str) -> str:
+    """The namespace of everything a key stores: its SHA-256, never the key itself."""
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def derive_id(tenant: str, messages: Sequence[Message]) -> str:
+    """A stable id from the tenant and the opening (instructions and first message)."""
+    leading, body = split_leading(messages)
+    digest = hashlib.blake2b(tenant.encode(), digest_size=12)
+    for message in [*leading, *body[:1]]:
+        digest.update(canonical(message))
+    return "conv_" + digest.hexdigest()
+
+
+def identify(tenant: str, header_id: str | None, messages: Sequence[Message]) -> Identity:
+    if header_id is None or header_id == "":
+        return Identity(tenant, derive_id(tenant, messages), derived=True)
+    if not _ID_PATTERN.match(header_id):
+        raise ProxyError(
+            400,
+            "X-Conversation-Id must be 1 to 200 printable ASCII characters without spaces.",
+            param="X-Conversation-Id",
+            code="invalid_conversation_id",
+        )
+    return Identity(tenant, header_id, derived=False)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A request reconciled with stored state.
+
+    `history` is the conversation as the client knows it this turn (in append
+    mode, as the proxy supplies it); `new` are the messages not archived yet,
+    chained from `parent`; `head`/`position` key the snapshot this turn stores.
+    """
+
+    history: tuple[Message, ...]
+    working: Working
+    new: tuple[Message, ...]
+    new_hashes: tuple[str, ...]
+    parent: str
+    head: str
+    position: int
+    prior: Mapping[str, Any]
+    continued: bool
+
+
+def state_to_json(state: ReductionState) -> dict[str, Any]:
+    return {
+        "tail_start": state.tail_start,
+        "summaries": [[b.text, b.covers] for b in state.summaries],
+        "extra": dict(state.extra),
+    }
+
+
+def state_from_json(data: Any) -> ReductionState:
+    if not isinstance(data, dict):
+        return ReductionState()
+    return ReductionState(
+        tail_start=int(data.get("tail_start", 0)),
+        summaries=tuple(SummaryBlock(str(t), int(c)) for t, c in data.get("summaries", [])),
+        extra=dict(data.get("extra") or {}),
+    )
+
+
+def reconcile_full(
+    incoming: Sequence[Message],
+    hashes: Sequence[str],
+    position: int | None,
+    prior: Mapping[str, Any] | None,
+) -> Turn:
+    """The client resent its whole history; `position`/`prior` are the matched snapshot, if any."""
+    leading, body = split_leading(incoming)
+    state = ReductionState()
+    continued = False
+    if position is not None and prior is not None and prior.get("leading") == len(leading):
+        candidate = state_from_json(prior.get("reduction"))
+        covered = max((b.covers for b in candidate.summaries), default=0)
+        # A stored window is usable only if everything it replaces lies inside
+        # the prefix the client provably still sends.
+        if covered <= candidate.tail_start <= max(0, position - len(leading)) <= len(body):
+            state, continued = candidate, True
+    p = position if continued and position is not None else 0
+    return Turn(
+        history=tuple(incoming),
+        working=Working(tuple(leading), tuple(body[state.tail_start :]), state),
+        new=tuple(incoming[p:]),
+        new_hashes=tuple(hashes[p:]),
+        parent=hashes[p - 1] if p > 0 else "",
+        head=hashes[-1] if hashes else "",
+        position=len(incoming),
+        prior=prior if continued and prior is not None else {},
+        continued=continued,
+    )
+
+
+def reconcile_append(
+    new: Sequence[Message],
+    stored_working: Sequence[Message],
+    prior: Mapping[str, Any],
+    stored_position: int,
+) -> Turn:
+    """The client sent only new messages; the stored working history supplies the rest."""
+    if not new:
+        raise ProxyError(
+            400, "Append mode needs at least one new message.", param="messages"
+        )
+    n_leading = int(prior.get("leading", 0))
+    leading = tuple(stored_working[:n_leading])
+    tail = tuple(stored_working[n_leading:]) + tuple(new)
+    state = state_from_json(prior.get("reduction"))
+    parent = str(prior.get("answer_hash", ""))
+    hashes = chain_hashes(new, parent)
+    summary = [{"role": "system", "content": b.text} for b in state.summaries]
+    return Turn(
+        history=(*leading, *summary, *tail),
+        working=Working(leading, tail, state),
+        new=tuple(new),
+        new_hashes=tuple(hashes),
+        parent=parent,
+        head=hashes[-1],
+        position=stored_position + len(new),
+        prior=prior,
+        continued=True,
+    )
+
+
+def accumulate_stats(
+    prior: Mapping[str, Any], *, kinds: Sequence[str], tokens_in: int, tokens_out: int,
+    summaries_made: int, summarizer_tokens: int,
+) -> dict[str, Any]:
+    """Per-conversation reduction analytics (the cache-aware seed's future enhancement)."""
+    old = prior.get("stats") if isinstance(prior.get("stats"), dict) else {}
+    assert isinstance(old, dict)
+    by_kind = dict(old.get("reductions", {}))
+    for kind in kinds:
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+    return {
+        "turns": old.get("turns", 0) + 1,
+        "reductions": by_kind,
+        "summaries_made": old.get("summaries_made", 0) + summaries_made,
+        "summaries_reused": old.get("summaries_reused", 0) + (1 if "reused" in kinds else 0),
+        "tokens_in": old.get("tokens_in", 0) + tokens_in,
+        "tokens_out": old.get("tokens_out", 0) + tokens_out,
+        "summarizer_tokens": old.get("summarizer_tokens", 0) + summarizer_tokens,
+    }

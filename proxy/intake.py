@@ -1,0 +1,111 @@
+"""Reading and checking a client's request before anything is forwarded or stored.
+
+Only what the proxy must understand is checked (it needs `messages` to
+manage history); anything else that is well-formed is forwarded for the
+upstream to judge, so new OpenAI fields and content part types pass through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from .errors import ProxyError
+from .messages import KNOWN_ROLES, Message
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing more than `limit` bytes before reading them all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> ProxyError:
+    return ProxyError(
+        413,
+        f"Request body exceeds the proxy's limit of {limit} bytes.",
+        code="request_too_large",
+    )
+
+
+def parse_chat(body: bytes) -> dict[str, Any]:
+    """The chat request as a dict, or a 400 saying what is wrong."""
+    if not body.strip():
+        raise ProxyError(400, "The request body is empty; expected a JSON chat request.")
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ProxyError(
+            400, f"The request body is not valid JSON: {exc.msg}.", code="invalid_json"
+        ) from None
+    if not isinstance(payload, dict):
+        raise ProxyError(400, "The request body must be a JSON object.")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise ProxyError(400, "'model' is required and must be a string.", param="model")
+    messages = payload.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ProxyError(
+            400, "'messages' is required and must be a non-empty array.", param="messages"
+        )
+    for i, message in enumerate(messages):
+        check_message(message, f"messages[{i}]")
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = payload.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise ProxyError(400, f"'{key}' must be a non-negative integer.", param=key)
+    if "stream" in payload and not isinstance(payload["stream"], bool | None):
+        raise ProxyError(400, "'stream' must be a boolean.", param="stream")
+    return payload
+
+
+def check_message(message: Any, where: str) -> None:
+    if not isinstance(message, dict):
+        raise ProxyError(400, f"{where} must be an object.", param=where)
+    role = message.get("role")
+    if role not in KNOWN_ROLES:
+        raise ProxyError(
+            400,
+            f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}; got {role!r}.",
+            param=f"{where}.role",
+        )
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise ProxyError(400, f"{where}.content must be a string or an array.",
+                         param=f"{where}.content")
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("id"), str) for c in calls
+        ):
+            raise ProxyError(400, f"{where}.tool_calls must be an array of calls with ids.",
+                             param=f"{where}.tool_calls")
+    if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+        raise ProxyError(400, f"{where}.tool_call_id is required for tool messages.",
+                         param=f"{where}.tool_call_id")
+
+
+def reserved_output(payload: dict[str, Any]) -> int:
+    """Tokens the request asks to keep free for the answer."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = payload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def as_messages(payload: dict[str, Any]) -> list[Message]:
+    messages: list[Message] = payload["messages"]
+    return messages

@@ -1,0 +1,144 @@
+"""The OpenAI chat wire format, and the only module that knows its shape.
+
+Messages stay plain dicts exactly as clients send them: the proxy must
+forward what it does not understand (new content part types, vendor fields)
+untouched, so nothing here converts them into objects. The TypedDicts below
+document the fields the proxy reads; everything else passes through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, NotRequired, TypedDict
+
+import orjson
+
+Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+Message = dict[str, Any]
+
+LEADING_ROLES = frozenset({"system", "developer"})
+KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+class FunctionCall(TypedDict):
+    name: str
+    arguments: str
+
+
+class ToolCall(TypedDict):
+    id: str
+    type: str
+    function: FunctionCall
+
+
+class ChatMessage(TypedDict, total=False):
+    """The fields of a chat message that the proxy reads."""
+
+    role: Role
+    content: str | list[dict[str, Any]] | None
+    name: str
+    refusal: str | None
+    tool_calls: list[ToolCall]
+    tool_call_id: str
+
+
+class ChatRequest(TypedDict):
+    model: str
+    messages: list[Message]
+    stream: NotRequired[bool]
+    max_tokens: NotRequired[int]
+    max_completion_tokens: NotRequired[int]
+
+
+def role(message: Message) -> str:
+    value = message.get("role")
+    return value if isinstance(value, str) else ""
+
+
+def is_leading(message: Message) -> bool:
+    """System and developer messages are instructions, forwarded verbatim."""
+    return role(message) in LEADING_ROLES
+
+
+def tool_calls(message: Message) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls") if role(message) == "assistant" else None
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def tool_call_ids(message: Message) -> list[str]:
+    return [str(c.get("id", "")) for c in tool_calls(message)]
+
+
+def is_tool_result(message: Message) -> bool:
+    return role(message) == "tool"
+
+
+def text_of(message: Message) -> str:
+    """The human-readable text of a message, for summaries, search and estimates.
+
+    Non-text parts (images, audio) contribute nothing here; token estimates for
+    them live in `tokens.py`.
+    """
+    parts: list[str] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+    refusal = message.get("refusal")
+    if isinstance(refusal, str):
+        parts.append(refusal)
+    for call in tool_calls(message):
+        fn = call.get("function")
+        if isinstance(fn, dict):
+            parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    return "\n".join(parts)
+
+
+def split_leading(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    """Split off the leading system/developer block that every strategy keeps verbatim."""
+    i = 0
+    while i < len(messages) and is_leading(messages[i]):
+        i += 1
+    return list(messages[:i]), list(messages[i:])
+
+
+def last_user_index(messages: Sequence[Message]) -> int:
+    """Index of the last user message, or -1. Everything from it on is the active turn."""
+    for i in range(len(messages) - 1, -1, -1):
+        if role(messages[i]) == "user":
+            return i
+    return -1
+
+
+def canonical(message: Message) -> bytes:
+    """Canonical JSON: sorted keys, so equal messages hash equally whatever key order a client uses."""
+    return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+
+
+def message_hash(message: Message, parent: str = "") -> str:
+    """Hash of a message chained to its parent's hash (as simonw/llm does).
+
+    Equal hashes mean equal conversations up to and including this message, so
+    the longest common prefix of two hash lists is where two histories diverge.
+    """
+    digest = hashlib.blake2b(parent.encode(), digest_size=16)
+    digest.update(canonical(message))
+    return digest.hexdigest()
+
+
+def chain_hashes(messages: Iterable[Message], parent: str = "") -> list[str]:
+    hashes: list[str] = []
+    for message in messages:
+        parent = message_hash(message, parent)
+        hashes.append(parent)
+    return hashes
+
+
+def system_message(content: str) -> Message:
+    return {"role": "system", "content": content}

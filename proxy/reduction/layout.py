@@ -1,0 +1,214 @@
+"""What every strategy shares: the prepared tail, the forwarded layout, the fit and the last resort.
+
+Strategies only decide *which* units to keep and which summaries to use;
+`finish` turns that decision into the forwarded request the same way for all
+of them, so the invariants (layout, fit, truncation, state arithmetic) live
+in one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..messages import Message, canonical, role, system_message
+from ..tokens import REPLY_PRIMING
+from .chains import Unit, active_index, group
+from .repair import REPAIR_PASSES
+from .truncate import truncate_to_fit
+from .types import (
+    KINDS,
+    Budget,
+    ContextTooLarge,
+    Counter,
+    Policy,
+    Reduction,
+    ReductionState,
+    SummaryBlock,
+    SummaryRequest,
+    Working,
+)
+
+SUMMARY_HEADER = "Summary of the earlier conversation:"
+
+
+def summary_message(blocks: Sequence[SummaryBlock]) -> Message | None:
+    """All blocks in one system message: the design allows one, after the leading block."""
+    if not blocks:
+        return None
+    return system_message("\n\n".join([SUMMARY_HEADER, *(b.text for b in blocks)]))
+
+
+def summary_key(previous: Sequence[str], messages: Sequence[Message]) -> str:
+    """Content hash of a summary request, so the caller's answer can be matched and cached."""
+    digest = hashlib.blake2b(digest_size=16)
+    for text in previous:
+        digest.update(b"p" + text.encode() + b"\0")
+    for message in messages:
+        digest.update(b"m" + canonical(message) + b"\0")
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Context:
+    """One reduction's inputs with the tail already grouped, repaired and counted."""
+
+    working: Working
+    policy: Policy
+    budget: Budget
+    count: Counter
+    summaries: Mapping[str, str]
+    units: tuple[Unit, ...]
+    sizes: tuple[int, ...]
+    active: int
+
+    @staticmethod
+    def build(
+        working: Working,
+        policy: Policy,
+        budget: Budget,
+        count: Counter,
+        summaries: Mapping[str, str],
+    ) -> Context:
+        units = group(working.tail, REPAIR_PASSES if policy.repair_tool_chains else ())
+        sizes = tuple(sum(count(m) for m in u.forward) for u in units)
+        return Context(working, policy, budget, count, summaries, units, sizes, active_index(units))
+
+    @property
+    def state(self) -> ReductionState:
+        return self.working.state
+
+    def tokens(self, messages: Iterable[Message]) -> int:
+        return sum(self.count(m) for m in messages)
+
+    def head(self, blocks: Sequence[SummaryBlock]) -> list[Message]:
+        summary = summary_message(blocks)
+        return [*self.working.leading, *([summary] if summary else [])]
+
+    def messages_in(self, units: Iterable[Unit]) -> int:
+        return sum(u.size for u in units)
+
+
+def keep_tokens_drop(sizes: Sequence[int], active: int, keep: int) -> int:
+    """Fewest leading units to drop so the rest fits `keep` tokens; never past `active`."""
+    total = sum(sizes)
+    for d in range(active + 1):
+        if total <= keep:
+            return d
+        if d < len(sizes):
+            total -= sizes[d]
+    return active
+
+
+def keep_messages_drop(units: Sequence[Unit], active: int, keep: int) -> int:
+    """Fewest leading units to drop so at most `keep` messages remain; never past `active`."""
+    total = sum(u.size for u in units)
+    for d in range(active + 1):
+        if total <= keep:
+            return d
+        if d < len(units):
+            total -= units[d].size
+    return active
+
+
+def finish(
+    ctx: Context,
+    *,
+    blocks: Sequence[SummaryBlock],
+    kinds: Collection[str],
+    pieces: Sequence[Unit] | None = None,
+    selected: Iterable[int] | None = None,
+    mandatory: Collection[int] | None = None,
+    skipped: int = 0,
+    advance: bool = True,
+    extra: Mapping[str, Any] | None = None,
+    requests: Sequence[SummaryRequest] = (),
+    reason: str = "",
+    cut_kind: str = "windowed",
+    fit: bool = True,
+    cut_to: int | None = None,
+) -> Reduction:
+    """Assemble the forwarded request, enforce the fit, and compute the next state.
+
+    `pieces` default to the tail's units; `selected` are the pieces to keep,
+    `mandatory` those no cut may remove (default: the last user message on).
+    `skipped` counts client messages evicted before the first piece. When the
+    history is over `budget.limit`, old pieces are cut back to `keep_recent`
+    (hysteresis: a cut leaves room to grow, so the next turns extend the
+    prefix again). Only when the mandatory part alone is too big are
+    messages truncated, first the older ones of the active turn, then, down
+    to `hard_limit`, any mandatory message but the leading instructions.
+    """
+    budget = ctx.budget
+    units = ctx.units if pieces is None else tuple(pieces)
+    sizes = ctx.sizes if pieces is None else tuple(ctx.tokens(p.forward) for p in units)
+    must = set(range(ctx.active, len(units)) if mandatory is None else mandatory)
+    chosen = sorted(set(range(len(units)) if selected is None else selected) | must)
+    found = set(kinds)
+
+    head = ctx.head(blocks)
+    head_tokens = ctx.tokens(head)
+    total = head_tokens + sum(sizes[i] for i in chosen)
+    if fit and total > budget.limit:
+        keep = budget.keep_recent if cut_to is None else cut_to
+        target = min(budget.limit, head_tokens + keep)
+        for i in list(chosen):
+            if total <= target:
+                break
+            if i not in must:
+                chosen.remove(i)
+                total -= sizes[i]
+                found.add(cut_kind)
+
+    out = [*head]
+    movable: list[int] = []
+    for i in chosen:
+        if i in must:
+            movable.extend(range(len(out), len(out) + len(units[i].forward)))
+        out.extend(units[i].forward)
+    if fit and total > budget.limit:
+        shortened, total = _last_resort(ctx, out, movable, len(head), total)
+        if shortened is not out:
+            found.add("truncated")
+        out = shortened
+
+    first = chosen[0] if chosen else len(units)
+    dropped = skipped + (sum(u.size for u in units[:first]) if advance else 0)
+    if any(units[i].repaired for i in chosen):
+        found.add("repaired")
+    if not found - {"repaired"}:
+        found.add("none")
+    state = ReductionState(
+        tail_start=ctx.state.tail_start + dropped,
+        summaries=tuple(blocks),
+        extra=ctx.state.extra if extra is None else extra,
+    )
+    return Reduction(
+        messages=tuple(out),
+        state=state,
+        kinds=tuple(k for k in KINDS if k in found),
+        tokens_out=total + REPLY_PRIMING,
+        dropped=dropped,
+        summary_requests=tuple(requests),
+        reason=reason,
+    )
+
+
+def _last_resort(
+    ctx: Context, out: list[Message], movable: list[int], head_len: int, total: int
+) -> tuple[list[Message], int]:
+    budget = ctx.budget
+    user_at = max((i for i in movable if role(out[i]) == "user"), default=-1)
+    older = [i for i in movable if i != user_at]
+    out, _ = truncate_to_fit(out, older, total - budget.limit, ctx.count)
+    total = ctx.tokens(out)
+    available = max(0, budget.hard_limit - REPLY_PRIMING)
+    if total > available:
+        summary_at = [head_len - 1] if head_len > len(ctx.working.leading) else []
+        out, _ = truncate_to_fit(out, summary_at + movable, total - available, ctx.count)
+        total = ctx.tokens(out)
+        if total > available:
+            raise ContextTooLarge(total + REPLY_PRIMING, budget.hard_limit)
+    return out, total

@@ -1,0 +1,71 @@
+"""The `summarize` strategy: the cache-aware summarising reducer with ensemble's 70/30 split.
+
+A summary is made only when a threshold is crossed; until the next crossing
+the stored summary is forwarded as is ("reused") and the request grows only
+at its end, so prompt caches keep hitting and the summariser is not called
+every turn.
+
+- Trigger (`policy.summarize_by`): "tokens" when leading + summary + tail
+  pass `budget.limit`; "messages" when the tail holds more than
+  `target_messages + threshold_messages` messages; "both" when either does.
+  With "messages", a token overflow without a count trigger is windowed by
+  the common fit rule rather than summarised; use "both" to summarise it.
+- Eviction: the newest units within `budget.keep_recent` tokens (tokens
+  trigger) or `target_messages` messages (count trigger) stay verbatim;
+  the last user message onward always stays. The evicted messages go to the
+  summariser verbatim, tool chains included.
+- `single_summary`: the request carries the stored summary texts as
+  `previous` and its answer replaces every block; otherwise the answer is
+  appended as one more layer.
+
+Without the summary text the result is a plain window (old blocks, which
+still describe what precedes them, plus the kept tail) and carries the
+request; called again with the text, the same decision yields the summary.
+"""
+
+from __future__ import annotations
+
+from .layout import Context, finish, keep_messages_drop, keep_tokens_drop, summary_key
+from .types import Reduction, SummaryBlock, SummaryRequest
+
+
+def reduce_summarize(ctx: Context) -> Reduction:
+    budget, policy, state = ctx.budget, ctx.policy, ctx.state
+    blocks = state.summaries
+    total = ctx.tokens(ctx.head(blocks)) + sum(ctx.sizes)
+    count = ctx.messages_in(ctx.units)
+    by_tokens = total > budget.limit and policy.summarize_by in ("tokens", "both")
+    by_count = (
+        count > budget.target_messages + budget.threshold_messages
+        and policy.summarize_by in ("messages", "both")
+    )
+    reused = {"reused"} if blocks else set()
+    drop = 0
+    if by_tokens:
+        drop = keep_tokens_drop(ctx.sizes, ctx.active, budget.keep_recent)
+    if by_count:
+        drop = max(drop, keep_messages_drop(ctx.units, ctx.active, budget.target_messages))
+    if drop == 0:
+        return finish(ctx, blocks=blocks, kinds=reused, reason="under threshold")
+
+    evicted = tuple(m for u in ctx.units[:drop] for m in u.messages)
+    covers = state.tail_start + len(evicted)
+    previous = tuple(b.text for b in blocks) if policy.single_summary else ()
+    key = summary_key(previous, evicted)
+    why = f"{len(evicted)} messages evicted ({'tokens' if by_tokens else 'messages'} trigger)"
+    text = ctx.summaries.get(key)
+    kept = range(drop, len(ctx.units))
+    if text is None:
+        return finish(
+            ctx,
+            blocks=blocks,
+            kinds=reused | {"windowed"},
+            selected=kept,
+            requests=(SummaryRequest(key, evicted, previous),),
+            reason=why + ", summary requested",
+        )
+    block = SummaryBlock(text, covers)
+    new_blocks = (block,) if policy.single_summary else (*blocks, block)
+    return finish(
+        ctx, blocks=new_blocks, kinds={"summarized"}, selected=kept, reason=why + ", summarised"
+    )

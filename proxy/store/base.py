@@ -1,0 +1,166 @@
+"""What the proxy keeps per conversation, and the protocol every backend implements.
+
+A conversation owns three things: the archive (every message ever seen,
+hash-chained as in simonw/llm so a resent history adds only its new rows and
+an edit forks a sibling branch), one snapshot per completed turn (keyed by
+the chain hash of the last message that turn forwarded, so the longest
+stored prefix of an incoming history says which summary still applies), and
+the latest working history that append mode continues from.
+
+A turn is written by one `commit`, atomically: a reader never sees the
+archive of a turn without its snapshot, nor a conversation row pointing at a
+snapshot that is not there. That is the one guarantee a backend must give;
+Redis can give it with MULTI/EXEC as SQLite does with a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from proxy.messages import Message
+
+DEFAULT_MAX_SNAPSHOTS = 64
+DEFAULT_TTL_S = 30 * 24 * 3600
+
+
+class StoreError(Exception):
+    """The store failed at run time (unreachable, closed, corrupt); never an operator mistake."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConvKey:
+    """A conversation's identity; `tenant` is the SHA-256 hex of the client's API key.
+
+    Every backend scopes every read and write by both fields, so two tenants
+    using the same conversation id never meet.
+    """
+
+    tenant: str
+    conversation: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveEntry:
+    """One message to archive; `parent` is the previous chain hash, "" for the first."""
+
+    hash: str
+    parent: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedMessage:
+    """An archived message; `seq` orders messages by first arrival."""
+
+    hash: str
+    parent: str
+    message: Message
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The reduction state after a turn, valid for any history that starts with `head`.
+
+    `position` counts the messages up to and including `head`; `state` is
+    whatever JSON-able bookkeeping the reduction needs to resume (summary,
+    covered range, markers).
+    """
+
+    head: str
+    position: int
+    state: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """The latest turn of a conversation: what append mode continues from."""
+
+    key: ConvKey
+    head: str
+    position: int
+    state: dict[str, Any]
+    working: list[Message]
+    turns: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """A row of the admin listing; `messages` is the archive size."""
+
+    key: ConvKey
+    turns: int
+    position: int
+    messages: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCommit:
+    """Everything one completed turn writes, applied all or nothing by `Store.commit`."""
+
+    key: ConvKey
+    archive: list[ArchiveEntry]
+    snapshot: Snapshot
+    working: list[Message]
+
+
+class Store(Protocol):
+    """Persistence for conversations. All methods are safe to call concurrently."""
+
+    async def commit(self, turn: TurnCommit) -> None:
+        """Archive new messages, record the snapshot and move the conversation's head, atomically.
+
+        Archive entries already stored (same chain hash) are ignored. Only the
+        newest `max_snapshots` snapshots of the conversation are kept.
+        """
+        ...
+
+    async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
+        """The stored snapshot whose head appears latest in `heads` (the longest known prefix)."""
+        ...
+
+    async def latest(self, key: ConvKey) -> Conversation | None: ...
+
+    async def archive(
+        self, key: ConvKey, *, limit: int = 1000, offset: int = 0
+    ) -> list[ArchivedMessage]:
+        """Archived messages in the order they were first stored, all branches included."""
+        ...
+
+    async def delete(self, key: ConvKey) -> bool:
+        """Forget the conversation entirely; False when there was nothing to forget."""
+        ...
+
+    async def list_conversations(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[ConversationSummary]:
+        """Conversations, most recently updated first; `tenant=None` lists every tenant's."""
+        ...
+
+    async def ping(self) -> None:
+        """Return when the store answers; raise `StoreError` otherwise."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def loads(text: str | bytes) -> Any:
+    return orjson.loads(text)
+
+
+def is_expired(updated_at: float, now: float, ttl_s: float) -> bool:
+    """`ttl_s <= 0` disables expiry."""
+    return ttl_s > 0 and updated_at < now - ttl_s

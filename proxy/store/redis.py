@@ -1,0 +1,260 @@
+"""A store shared by several proxy replicas: conversations live in Redis.
+
+Per conversation, under `<prefix>:c:<tenant>:<conversation>`:
+`:conv` (hash: head, position, state, working, turns, times), `:msgs`
+(hash: chain hash -> [parent, message]), `:order` (list of chain hashes in
+arrival order), `:snaps` (hash: head -> [position, state, created_at]) and
+`:snapturns` (sorted set: head by turn, for pruning). `<prefix>:idx:<tenant>`
+and `<prefix>:idx` index conversations by last update for the admin listing.
+
+A turn is one Lua script, which Redis runs atomically: no replica ever sees
+half a turn, and two replicas committing to one conversation are serialised.
+Every key of a conversation gets `EXPIRE ttl_s` on each commit, so Redis
+itself forgets idle conversations; reads also compare `updated_at` with the
+injected clock, so expiry behaves exactly as in the other backends.
+Keys are not hash-tagged: the script touches the shared indexes too, so it
+needs a single Redis (or a cluster with one shard), not Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from proxy.store.base import (
+    DEFAULT_MAX_SNAPSHOTS,
+    DEFAULT_TTL_S,
+    ArchivedMessage,
+    Conversation,
+    ConversationSummary,
+    ConvKey,
+    Snapshot,
+    StoreError,
+    TurnCommit,
+    dumps,
+    loads,
+)
+
+_HMGET_CHUNK = 500
+
+_COMMIT = """
+local conv, msgs, order, snaps, snapturns, tidx, gidx = unpack(KEYS)
+local now, cutoff, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local updated = redis.call('HGET', conv, 'updated_at')
+if ttl > 0 and updated and tonumber(updated) < cutoff then
+  redis.call('DEL', conv, msgs, order, snaps, snapturns)
+end
+local turns = redis.call('HINCRBY', conv, 'turns', 1)
+if turns == 1 then redis.call('HSET', conv, 'created_at', now) end
+redis.call('HSET', conv, 'head', ARGV[5], 'position', ARGV[6], 'state', ARGV[7],
+  'working', ARGV[8], 'updated_at', now)
+for i = 11, #ARGV, 2 do
+  if redis.call('HSETNX', msgs, ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('RPUSH', order, ARGV[i])
+  end
+end
+redis.call('HSET', snaps, ARGV[5], ARGV[9])
+redis.call('ZADD', snapturns, turns, ARGV[5])
+local excess = redis.call('ZCARD', snapturns) - keep
+if excess > 0 then
+  local old = redis.call('ZRANGE', snapturns, 0, excess - 1)
+  redis.call('HDEL', snaps, unpack(old))
+  redis.call('ZREM', snapturns, unpack(old))
+end
+if ttl > 0 then
+  for i = 1, 5 do redis.call('EXPIRE', KEYS[i], ttl) end
+  redis.call('ZREMRANGEBYSCORE', tidx, '-inf', '(' .. ARGV[2])
+  redis.call('ZREMRANGEBYSCORE', gidx, '-inf', '(' .. ARGV[2])
+end
+redis.call('ZADD', tidx, now, ARGV[10])
+redis.call('ZADD', gidx, now, ARGV[10])
+return turns
+"""
+
+
+class RedisStore:
+    """Conversations in Redis at `url`; see the module docstring for the key layout.
+
+    The client connects lazily: call `ping()` at start-up to fail fast.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ttl_s: int = DEFAULT_TTL_S,
+        max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+        prefix: str = "context-proxy",
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._redis: Redis = Redis.from_url(url, decode_responses=True)
+        self._ttl_s = ttl_s
+        self._max_snapshots = max(1, max_snapshots)
+        self._prefix = prefix
+        self._now = now
+        self._commit = self._redis.register_script(_COMMIT)
+
+    def _keys(self, key: ConvKey) -> list[str]:
+        base = f"{self._prefix}:c:{key.tenant}:{key.conversation}"
+        return [f"{base}:{part}" for part in ("conv", "msgs", "order", "snaps", "snapturns")]
+
+    def _cutoff(self) -> float:
+        return self._now() - self._ttl_s if self._ttl_s > 0 else float("-inf")
+
+    async def _live(self, key: ConvKey) -> bool:
+        updated = cast("str | None", await self._redis.hget(self._keys(key)[0], "updated_at"))
+        return updated is not None and float(updated) >= self._cutoff()
+
+    async def commit(self, turn: TurnCommit) -> None:
+        snap = turn.snapshot
+        keys = [
+            *self._keys(turn.key),
+            f"{self._prefix}:idx:{turn.key.tenant}",
+            f"{self._prefix}:idx",
+        ]
+        args: list[Any] = [
+            repr(self._now()),
+            repr(self._cutoff()),
+            self._ttl_s if self._ttl_s > 0 else 0,
+            self._max_snapshots,
+            snap.head,
+            snap.position,
+            dumps(snap.state),
+            dumps(turn.working),
+            dumps([snap.position, snap.state, snap.created_at]),
+            dumps([turn.key.tenant, turn.key.conversation]),
+        ]
+        for entry in turn.archive:
+            args += [entry.hash, dumps([entry.parent, entry.message])]
+        try:
+            await self._commit(keys=keys, args=args)
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+
+    async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
+        try:
+            if not heads or not await self._live(key):
+                return None
+            snaps = self._keys(key)[3]
+            for end in range(len(heads), 0, -_HMGET_CHUNK):
+                chunk = list(heads[max(0, end - _HMGET_CHUNK) : end])
+                values = cast("list[str | None]", await self._redis.hmget(snaps, chunk))
+                for head, value in zip(reversed(chunk), reversed(values), strict=True):
+                    if value is not None:
+                        position, state, created_at = loads(value)
+                        return Snapshot(head, position, state, created_at)
+            return None
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+
+    async def latest(self, key: ConvKey) -> Conversation | None:
+        fields = ("head", "position", "state", "working", "turns", "created_at", "updated_at")
+        try:
+            row = cast("list[str | None]", await self._redis.hmget(self._keys(key)[0], fields))
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        if row[0] is None:
+            return None
+        head, position, state, working, turns, created_at, updated_at = map(_present, row)
+        if float(updated_at) < self._cutoff():
+            return None
+        return Conversation(
+            key,
+            head,
+            int(position),
+            loads(state),
+            loads(working),
+            int(turns),
+            float(created_at),
+            float(updated_at),
+        )
+
+    async def archive(
+        self, key: ConvKey, *, limit: int = 1000, offset: int = 0
+    ) -> list[ArchivedMessage]:
+        if limit <= 0:
+            return []
+        _, msgs, order, _, _ = self._keys(key)
+        try:
+            if not await self._live(key):
+                return []
+            start = max(0, offset)
+            hashes = cast("list[str]", await self._redis.lrange(order, start, start + limit - 1))
+            values = (
+                cast("list[str | None]", await self._redis.hmget(msgs, hashes)) if hashes else []
+            )
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        archived = []
+        for seq, (h, value) in enumerate(zip(hashes, values, strict=True), start):
+            parent, message = loads(_present(value))
+            archived.append(ArchivedMessage(h, parent, message, seq))
+        return archived
+
+    async def delete(self, key: ConvKey) -> bool:
+        member = dumps([key.tenant, key.conversation])
+        try:
+            existed = await self._live(key)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.delete(*self._keys(key))
+                pipe.zrem(f"{self._prefix}:idx:{key.tenant}", member)
+                pipe.zrem(f"{self._prefix}:idx", member)
+                await pipe.execute()
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        return existed
+
+    async def list_conversations(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[ConversationSummary]:
+        index = f"{self._prefix}:idx" + ("" if tenant is None else f":{tenant}")
+        if limit <= 0:
+            return []
+        try:
+            members = await self._redis.zrevrangebyscore(
+                index, "+inf", self._cutoff(), start=max(0, offset), num=limit
+            )
+            keys = [ConvKey(*loads(cast(str, m))) for m in members]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    conv, _, order, _, _ = self._keys(key)
+                    pipe.hmget(conv, ("turns", "position", "created_at", "updated_at"))
+                    pipe.llen(order)
+                results = await pipe.execute()
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        summaries = []
+        for i, key in enumerate(keys):
+            turns, position, created_at, updated_at = results[2 * i]
+            if turns is not None and float(updated_at) >= self._cutoff():
+                summaries.append(
+                    ConversationSummary(
+                        key,
+                        int(turns),
+                        int(position),
+                        int(results[2 * i + 1]),
+                        float(created_at),
+                        float(updated_at),
+                    )
+                )
+        return summaries
+
+    async def ping(self) -> None:
+        try:
+            await cast(Any, self._redis.ping())
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"Redis unreachable: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+def _present(value: str | None) -> str:
+    """A field every committed conversation has; missing means the data was tampered with."""
+    if value is None:
+        raise StoreError("Redis: a conversation is missing a field it was committed with")
+    return value

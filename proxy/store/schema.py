@@ -1,0 +1,142 @@
+"""The SQLite schema: numbered migrations, and the statements written against the result.
+
+Schema changes are functions recorded by name in `_migrations` once applied
+(as simonw/llm `migrations.py` does), so `migrate` is a no-op the second time
+and an old file catches up in order. Append new migrations at the end and
+never edit an applied one. The statements live here too because they change
+together with the schema.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def m001_initial(db: sqlite3.Connection) -> None:
+    db.execute(
+        """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            conversation TEXT NOT NULL,
+            head TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            working TEXT NOT NULL,
+            turns INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            UNIQUE (tenant, conversation)
+        )
+        """
+    )
+    db.execute("CREATE INDEX conversations_updated ON conversations (updated_at)")
+    db.execute("CREATE INDEX conversations_tenant_updated ON conversations (tenant, updated_at)")
+    # Archive rows are deduplicated per conversation rather than globally, so
+    # deleting or expiring one conversation never touches another tenant's rows.
+    db.execute(
+        """
+        CREATE TABLE messages (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            hash TEXT NOT NULL,
+            parent TEXT NOT NULL,
+            message TEXT NOT NULL,
+            UNIQUE (conversation_id, hash)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE snapshots (
+            conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            head TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            turn INTEGER NOT NULL,
+            PRIMARY KEY (conversation_id, head)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX snapshots_turn ON snapshots (conversation_id, turn)")
+
+
+MIGRATIONS: list[Migration] = [m001_initial]
+
+
+def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[str]:
+    """Apply the migrations not yet recorded, each in its own transaction; return their names.
+
+    `db` must be in autocommit mode (`isolation_level=None`): transactions are explicit.
+    """
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
+    ran: list[str] = []
+    for migration in MIGRATIONS if migrations is None else migrations:
+        name = migration.__name__
+        # Checked inside the write lock: two processes opening one new file
+        # at once must not both run the same migration.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT 1 FROM _migrations WHERE name = ?", (name,)).fetchone():
+                db.execute("ROLLBACK")
+                continue
+            migration(db)
+            db.execute(
+                "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (name, time.time())
+            )
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        ran.append(name)
+    return ran
+
+
+# Statements used by `SqliteStore`; they assume every migration above has run.
+
+LIST_CONVERSATIONS = """
+    SELECT c.tenant, c.conversation, c.turns, c.position, c.created_at, c.updated_at,
+           (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id)
+    FROM conversations c
+"""
+
+SELECT_SNAPSHOTS = (
+    "SELECT head, position, state, created_at FROM snapshots WHERE conversation_id = ?"
+)
+
+DELETE_IDLE = "DELETE FROM conversations WHERE updated_at < ?"
+
+UPSERT_CONVERSATION = """
+    INSERT INTO conversations
+        (tenant, conversation, head, position, state, working, turns, created_at, updated_at)
+    VALUES (?, ?, ?, ?, ?, ?, 1, ?7, ?7)
+    ON CONFLICT (tenant, conversation) DO UPDATE SET
+        head = excluded.head, position = excluded.position, state = excluded.state,
+        working = excluded.working, turns = turns + 1, updated_at = excluded.updated_at
+    RETURNING id, turns
+"""
+
+UPSERT_SNAPSHOT = """
+    INSERT INTO snapshots (conversation_id, head, position, state, created_at, turn)
+    VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (conversation_id, head) DO UPDATE SET
+        position = excluded.position, state = excluded.state,
+        created_at = excluded.created_at, turn = excluded.turn
+"""
+
+# Snapshot turns are unique per conversation, so everything at or below the
+# (max_snapshots + 1)-th newest turn is what falls out of the window.
+PRUNE_SNAPSHOTS = """
+    DELETE FROM snapshots WHERE conversation_id = ? AND turn <= (
+        SELECT turn FROM snapshots WHERE conversation_id = ?
+        ORDER BY turn DESC LIMIT 1 OFFSET ?
+    )
+"""

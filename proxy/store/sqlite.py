@@ -1,0 +1,280 @@
+"""The embedded default store: one SQLite file, survives restarts, no server to run.
+
+All SQLite work happens on one dedicated thread that owns the only
+connection. Calls reach it through `run_in_executor`, so the event loop never
+blocks on disk and the connection is never shared across threads; the
+single worker also serialises this process's transactions, which is what
+SQLite wants anyway. (aiosqlite does the same with a thread per connection;
+a plain executor keeps one dependency fewer and the transaction code
+synchronous and easy to read.)
+
+WAL lets readers in other processes (the `sqlite3` shell, a second replica
+on the same disk) read while a turn is being written; each write takes the
+lock up front with `BEGIN IMMEDIATE`, so two writers wait on the busy
+timeout instead of failing half way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from proxy.store.base import (
+    DEFAULT_MAX_SNAPSHOTS,
+    DEFAULT_TTL_S,
+    ArchivedMessage,
+    Conversation,
+    ConversationSummary,
+    ConvKey,
+    Snapshot,
+    StoreError,
+    TurnCommit,
+    dumps,
+    loads,
+)
+from proxy.store.schema import (
+    DELETE_IDLE,
+    LIST_CONVERSATIONS,
+    PRUNE_SNAPSHOTS,
+    SELECT_SNAPSHOTS,
+    UPSERT_CONVERSATION,
+    UPSERT_SNAPSHOT,
+    migrate,
+)
+
+T = TypeVar("T")
+
+# Well under SQLite's bound-parameter limit (999 on old builds).
+_IN_CHUNK = 500
+
+
+class SqliteStore:
+    """Conversations in a SQLite file at `path` (":memory:" works, but forgets on close).
+
+    Conversations with no commit for `ttl_s` seconds read as absent at once
+    and are deleted by a sweep at open and then at most every
+    `sweep_interval_s` (checked on commit). `ttl_s <= 0` disables expiry.
+    `now` is injectable so tests can move time without sleeping.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
+        sweep_interval_s: float = 300.0,
+        busy_timeout_s: float = 5.0,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self._ttl_s = ttl_s
+        self._max_snapshots = max(1, max_snapshots)
+        self._sweep_interval_s = sweep_interval_s
+        self._busy_timeout_s = busy_timeout_s
+        self._now = now
+        self._last_sweep = float("-inf")
+        self._closed = False
+        self._db: sqlite3.Connection | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite")
+        try:
+            self._executor.submit(self._open).result()
+        except sqlite3.Error as exc:
+            self._executor.shutdown(wait=False)
+            self._closed = True
+            raise StoreError(f"cannot open SQLite store at {path!r}: {exc}") from exc
+
+    def _open(self) -> None:
+        db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            migrate(db)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        self._sweep(db)
+
+    async def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed or self._db is None:
+            raise StoreError("the SQLite store is closed")
+        db = self._db
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, job, db)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite: {exc}") from exc
+
+    def _cutoff(self) -> float:
+        return self._now() - self._ttl_s if self._ttl_s > 0 else float("-inf")
+
+    def _sweep(self, db: sqlite3.Connection) -> None:
+        self._last_sweep = self._now()
+        if self._ttl_s > 0:
+            _write(db, lambda: db.execute(DELETE_IDLE, (self._cutoff(),)))
+
+    def _live_id(self, db: sqlite3.Connection, key: ConvKey) -> int | None:
+        row = db.execute(
+            "SELECT id FROM conversations"
+            " WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
+            (key.tenant, key.conversation, self._cutoff()),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    async def commit(self, turn: TurnCommit) -> None:
+        key, snap = turn.key, turn.snapshot
+        # Serialised here, on the caller's side, so a value orjson rejects
+        # fails before any transaction starts.
+        state, working = dumps(snap.state), dumps(turn.working)
+        entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
+
+        def job(db: sqlite3.Connection) -> None:
+            now = self._now()
+
+            def write() -> None:
+                # An expired conversation that the sweep has not reached yet
+                # must not come back to life with its stale snapshots.
+                db.execute(
+                    "DELETE FROM conversations"
+                    " WHERE tenant = ? AND conversation = ? AND updated_at < ?",
+                    (key.tenant, key.conversation, self._cutoff()),
+                )
+                cid, turns = db.execute(
+                    UPSERT_CONVERSATION,
+                    (key.tenant, key.conversation, snap.head, snap.position, state, working, now),
+                ).fetchall()[0]
+                db.executemany(
+                    "INSERT OR IGNORE INTO messages (conversation_id, hash, parent, message)"
+                    " VALUES (?, ?, ?, ?)",
+                    [(cid, h, parent, message) for h, parent, message in entries],
+                )
+                db.execute(
+                    UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
+                )
+                db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
+
+            _write(db, write)
+            if now - self._last_sweep >= self._sweep_interval_s:
+                self._sweep(db)
+
+        await self._run(job)
+
+    async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
+        heads = list(heads)
+
+        def job(db: sqlite3.Connection) -> Snapshot | None:
+            cid = self._live_id(db, key)
+            if cid is None:
+                return None
+            # Scan from the end: the newest turn's head is usually the last
+            # or second-to-last message, so one query settles it. A chunk
+            # matches at most `max_snapshots` rows, so reading them whole is cheap.
+            for end in range(len(heads), 0, -_IN_CHUNK):
+                chunk = heads[max(0, end - _IN_CHUNK) : end]
+                marks = ",".join("?" * len(chunk))
+                sql = f"{SELECT_SNAPSHOTS} AND head IN ({marks})"
+                found = {row[0]: row for row in db.execute(sql, (cid, *chunk))}
+                for head in reversed(chunk):
+                    if head in found:
+                        _, position, state, created_at = found[head]
+                        return Snapshot(head, position, loads(state), created_at)
+            return None
+
+        return await self._run(lambda db: _read(db, lambda: job(db)))
+
+    async def latest(self, key: ConvKey) -> Conversation | None:
+        def job(db: sqlite3.Connection) -> Conversation | None:
+            row = db.execute(
+                "SELECT head, position, state, working, turns, created_at, updated_at"
+                " FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
+                (key.tenant, key.conversation, self._cutoff()),
+            ).fetchone()
+            if row is None:
+                return None
+            head, position, state, working, turns, created_at, updated_at = row
+            return Conversation(
+                key, head, position, loads(state), loads(working), turns, created_at, updated_at
+            )
+
+        return await self._run(job)
+
+    async def archive(
+        self, key: ConvKey, *, limit: int = 1000, offset: int = 0
+    ) -> list[ArchivedMessage]:
+        def job(db: sqlite3.Connection) -> list[ArchivedMessage]:
+            cid = self._live_id(db, key)
+            if cid is None:
+                return []
+            rows = db.execute(
+                "SELECT hash, parent, message, seq FROM messages WHERE conversation_id = ?"
+                " ORDER BY seq LIMIT ? OFFSET ?",
+                (cid, max(0, limit), max(0, offset)),
+            )
+            return [ArchivedMessage(h, parent, loads(m), seq) for h, parent, m, seq in rows]
+
+        return await self._run(lambda db: _read(db, lambda: job(db)))
+
+    async def delete(self, key: ConvKey) -> bool:
+        def job(db: sqlite3.Connection) -> bool:
+            existed = self._live_id(db, key) is not None
+            db.execute(
+                "DELETE FROM conversations WHERE tenant = ? AND conversation = ?",
+                (key.tenant, key.conversation),
+            )
+            return existed
+
+        return await self._run(lambda db: _write(db, lambda: job(db)))
+
+    async def list_conversations(
+        self, tenant: str | None, *, limit: int = 50, offset: int = 0
+    ) -> list[ConversationSummary]:
+        where = "WHERE c.updated_at >= ?" + ("" if tenant is None else " AND c.tenant = ?")
+        sql = f"{LIST_CONVERSATIONS} {where} ORDER BY c.updated_at DESC, c.id DESC LIMIT ? OFFSET ?"
+
+        def job(db: sqlite3.Connection) -> list[ConversationSummary]:
+            params: tuple[Any, ...] = (self._cutoff(),) + (() if tenant is None else (tenant,))
+            rows = db.execute(sql, (*params, max(0, limit), max(0, offset)))
+            return [
+                ConversationSummary(ConvKey(t, c), turns, pos, count, created, updated)
+                for t, c, turns, pos, created, updated, count in rows
+            ]
+
+        return await self._run(job)
+
+    async def ping(self) -> None:
+        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+
+    async def close(self) -> None:
+        if self._closed or self._db is None:
+            return
+        db, self._closed = self._db, True
+        await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
+        self._executor.shutdown(wait=False)
+
+
+def _write(db: sqlite3.Connection, body: Callable[[], T]) -> T:
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+    except BaseException:
+        # SQLite has already rolled back after some errors (disk full, I/O).
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return result
+
+
+def _read(db: sqlite3.Connection, body: Callable[[], T]) -> T:
+    """Several SELECTs in one read transaction see one consistent state of the file."""
+    db.execute("BEGIN")
+    try:
+        return body()
+    finally:
+        db.execute("COMMIT")

@@ -1,0 +1,193 @@
+"""Producing the summaries that the reduction core asks for.
+
+The core only says which messages it wants summarised (`SummaryRequest`);
+this module turns them into chat-completion calls to the upstream (or a
+cheaper `summarizer_model` / `summarizer_base_url`). A span larger than the
+summariser's own window is summarised in chunks that are then merged. A
+summariser that keeps failing is skipped by a circuit breaker for a while,
+so a dead summariser does not add its timeout to every turn: the caller
+then forwards the window reduction the core prepared (`fallback`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from .messages import Message, role, text_of
+from .reduction.types import SummaryRequest
+
+SUMMARY_PROMPT = (
+    "You are the context-proxy summarizer. You compress the earlier part of a conversation "
+    "between a user and an AI assistant so the assistant can continue it without the "
+    "original messages. Write a dense, factual summary in the conversation's language. "
+    "Keep: decisions made and their reasons; facts, names, numbers, identifiers, file paths, "
+    "URLs and code; the user's goals, preferences and constraints; open tasks and questions; "
+    "tool calls that matter and what their results showed. Drop pleasantries and repetition. "
+    "Do not address the user; do not invent anything. Plain text or short bullet points."
+)
+
+
+class SummarizerUnavailable(Exception):
+    """The summariser failed, timed out, or its circuit breaker is open."""
+
+
+class CircuitBreaker:
+    """Opens after `threshold` consecutive failures and stays open for `cooldown_s`."""
+
+    def __init__(
+        self, threshold: int = 3, cooldown_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.threshold = threshold
+        self.cooldown_s = cooldown_s
+        self._clock = clock
+        self._failures = 0
+        self._opened_at: float | None = None
+
+    @property
+    def open(self) -> bool:
+        if self._opened_at is None:
+            return False
+        if self._clock() - self._opened_at >= self.cooldown_s:
+            self._opened_at = None  # half-open: let one call try
+            self._failures = self.threshold - 1
+            return False
+        return True
+
+    def success(self) -> None:
+        self._failures = 0
+        self._opened_at = None
+
+    def failure(self) -> None:
+        self._failures += 1
+        if self._failures >= self.threshold:
+            self._opened_at = self._clock()
+
+
+def transcript(request: SummaryRequest, limit_chars: int | None = None) -> str:
+    """The span as readable text: roles, tool calls and tool results quoted, not raw JSON."""
+    lines: list[str] = []
+    for text in request.previous:
+        lines.append(f"[summary of the conversation before this point]\n{text}")
+    for message in request.messages:
+        who = role(message) or "unknown"
+        if who == "tool":
+            who = f"tool result ({message.get('tool_call_id', '')})"
+        body = text_of(message)
+        if limit_chars is not None and len(body) > limit_chars:
+            body = body[: limit_chars // 2] + " [...] " + body[-limit_chars // 2 :]
+        lines.append(f"{who}: {body}")
+    return "\n\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    text: str
+    tokens: int
+
+
+class Summarizer:
+    """Calls a chat-completions endpoint to summarise spans, chunking what does not fit."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        base_url: str,
+        model: str,
+        timeout_s: float,
+        window_tokens: int,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout_s = timeout_s
+        # 4 characters a token is conservative for prose; keep half the window for
+        # the prompt so the answer and the instructions always fit.
+        self.max_chars = max(4_000, window_tokens * 2)
+        self.breaker = breaker or CircuitBreaker()
+
+    async def summarize(
+        self, request: SummaryRequest, *, model: str, headers: dict[str, str]
+    ) -> SummaryResult:
+        if self.breaker.open:
+            raise SummarizerUnavailable("summarizer circuit breaker is open")
+        try:
+            result = await self._summarize(request, self.model or model, headers)
+        except SummarizerUnavailable:
+            self.breaker.failure()
+            raise
+        self.breaker.success()
+        return result
+
+    async def _summarize(
+        self, request: SummaryRequest, model: str, headers: dict[str, str]
+    ) -> SummaryResult:
+        text = transcript(request, limit_chars=self.max_chars // 2)
+        if len(text) <= self.max_chars:
+            return await self._call(text, model, headers)
+        parts: list[str] = []
+        tokens = 0
+        for chunk in _chunks(request, self.max_chars):
+            partial = await self._call(chunk, model, headers)
+            parts.append(partial.text)
+            tokens += partial.tokens
+        merged = SummaryRequest(key=request.key, messages=(), previous=tuple(parts))
+        final = await self._call(transcript(merged)[: self.max_chars], model, headers)
+        return SummaryResult(final.text, tokens + final.tokens)
+
+    async def _call(self, text: str, model: str, headers: dict[str, str]) -> SummaryResult:
+        body = {
+            "model": model,
+            "messages": [
+                {"role": "system", "content": SUMMARY_PROMPT},
+                {"role": "user", "content": "Summarise this conversation:\n\n" + text},
+            ],
+            "temperature": 0,
+        }
+        try:
+            response = await self.client.post(
+                f"{self.base_url}/chat/completions",
+                content=orjson.dumps(body),
+                headers={**headers, "content-type": "application/json"},
+                timeout=self.timeout_s,
+            )
+        except httpx.HTTPError as exc:
+            raise SummarizerUnavailable(type(exc).__name__) from exc
+        if response.status_code != 200:
+            raise SummarizerUnavailable(f"status {response.status_code}")
+        try:
+            data = orjson.loads(response.content)
+            summary = data["choices"][0]["message"]["content"]
+            usage = data.get("usage") or {}
+            tokens = int(usage.get("total_tokens", 0))
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise SummarizerUnavailable("malformed summarizer answer") from exc
+        if not isinstance(summary, str) or not summary.strip():
+            raise SummarizerUnavailable("empty summary")
+        return SummaryResult(summary.strip(), tokens)
+
+
+def _chunks(request: SummaryRequest, max_chars: int) -> list[str]:
+    """Split a span into transcripts of at most `max_chars`, at message boundaries."""
+    chunks: list[str] = []
+    current: list[Message] = []
+    size = 0
+    previous: Sequence[str] = request.previous
+    for message in request.messages:
+        length = len(text_of(message)) + 32
+        if current and size + length > max_chars:
+            chunks.append(transcript(SummaryRequest("", tuple(current), tuple(previous))))
+            previous, current, size = (), [], 0
+        current.append(message)
+        size += min(length, max_chars // 2)
+    if current or previous:
+        chunks.append(transcript(SummaryRequest("", tuple(current), tuple(previous)),
+                                 limit_chars=max_chars // 2))
+    return chunks

@@ -1,0 +1,179 @@
+"""Token counting: tiktoken per model family, OpenAI's per-message overhead, cached per message.
+
+A turn in a long conversation resends hundreds of messages that were counted
+before, so counts are cached by message content and only new messages are
+tokenised. When no encoding can be loaded (an air-gapped machine without
+`TIKTOKEN_CACHE_DIR`), counting falls back to ensemble's 4-characters-per-
+token estimate and says so once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from cachetools import LRUCache
+
+from .messages import Message, canonical, tool_calls
+
+log = logging.getLogger("context_proxy.tokens")
+
+# OpenAI's accounting for chat messages (the "How to count tokens" cookbook):
+# every message costs 3 tokens of framing, a `name` one more, and every reply
+# is primed with 3 tokens.
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3
+TOKENS_PER_TOOL_CALL = 7
+CHARS_PER_TOKEN = 4
+IMAGE_TOKENS_LOW = 85
+IMAGE_TOKENS_HIGH = 765
+AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
+
+_O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", "o3", "o4")
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
+
+
+def encoding_name_for(model: str) -> str:
+    """o200k_base for the gpt-4o / gpt-4.1 / o-series families, cl100k_base for gpt-4 and gpt-3.5.
+
+    Unknown models (local ones served through an OpenAI-compatible API) get
+    o200k_base: their real tokenizer is unknown anyway, and a modern BPE is the
+    closer estimate.
+    """
+    name = model.lower().rsplit("/", 1)[-1]
+    if name.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    if name.startswith(_CL100K_PREFIXES):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+class Encoder(Protocol):
+    def encode(self, text: str, *, disallowed_special: Any = ...) -> list[int]: ...
+
+
+def _estimate(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+class TokenCounter:
+    """Counts tokens of messages for one process, sharing loaded encodings and a bounded cache.
+
+    >>> counter = TokenCounter()
+    >>> counter.count_messages("gpt-4o", [{"role": "user", "content": "hi"}])  # doctest: +SKIP
+    8
+    """
+
+    def __init__(
+        self,
+        *,
+        cache_size: int = 200_000,
+        loader: Callable[[str], Encoder] | None = None,
+    ) -> None:
+        self._loader = loader or _load_tiktoken
+        self._encoders: dict[str, Encoder | None] = {}
+        self._cache: LRUCache[tuple[str, bytes], int] = LRUCache(maxsize=cache_size)
+        self._warned = False
+
+    def encoder(self, encoding: str) -> Encoder | None:
+        if encoding not in self._encoders:
+            try:
+                self._encoders[encoding] = self._loader(encoding)
+            except Exception as exc:  # tiktoken raises many kinds when offline
+                self._encoders[encoding] = None
+                if not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "tiktoken encoding %s could not be loaded (%s); counting tokens as "
+                        "characters / %d. Set TIKTOKEN_CACHE_DIR to a folder holding the "
+                        "encoding files for exact counts.",
+                        encoding,
+                        type(exc).__name__,
+                        CHARS_PER_TOKEN,
+                    )
+        return self._encoders[encoding]
+
+    @property
+    def exact(self) -> bool:
+        """False once any encoding failed to load and estimates are in use."""
+        return not self._warned
+
+    def count_text(self, encoding: str, text: str) -> int:
+        if not text:
+            return 0
+        enc = self.encoder(encoding)
+        if enc is None:
+            return _estimate(text)
+        return len(enc.encode(text, disallowed_special=()))
+
+    def count_message(self, model: str, message: Message) -> int:
+        encoding = encoding_name_for(model)
+        key = (encoding, hashlib.blake2b(canonical(message), digest_size=16).digest())
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._count_uncached(encoding, message)
+            self._cache[key] = cached
+        return cached
+
+    def count_messages(self, model: str, messages: Iterable[Message]) -> int:
+        """Prompt tokens of a request's messages, including the reply priming."""
+        return REPLY_PRIMING + sum(self.count_message(model, m) for m in messages)
+
+    def for_model(self, model: str) -> Callable[[Message], int]:
+        """A one-argument counter, the shape the pure reduction core takes."""
+        return lambda message: self.count_message(model, message)
+
+    def _count_uncached(self, encoding: str, message: Message) -> int:
+        total = TOKENS_PER_MESSAGE
+        for key, value in message.items():
+            if key == "content":
+                total += self._content_tokens(encoding, value)
+            elif key == "name" and isinstance(value, str):
+                total += TOKENS_PER_NAME + self.count_text(encoding, value)
+            elif key in ("role", "tool_calls"):
+                if key == "role" and isinstance(value, str):
+                    total += self.count_text(encoding, value)
+            elif isinstance(value, str):
+                total += self.count_text(encoding, value)
+        for call in tool_calls(message):
+            fn = call.get("function")
+            if isinstance(fn, dict):
+                total += TOKENS_PER_TOOL_CALL
+                total += self.count_text(encoding, str(fn.get("name", "")))
+                total += self.count_text(encoding, str(fn.get("arguments", "")))
+        return total
+
+    def _content_tokens(self, encoding: str, content: Any) -> int:
+        if isinstance(content, str):
+            return self.count_text(encoding, content)
+        if not isinstance(content, list):
+            return 0
+        total = 0
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "text" or isinstance(part.get("text"), str):
+                total += self.count_text(encoding, str(part.get("text", "")))
+            elif kind == "image_url":
+                image = part.get("image_url")
+                detail = image.get("detail") if isinstance(image, dict) else None
+                total += IMAGE_TOKENS_LOW if detail == "low" else IMAGE_TOKENS_HIGH
+            elif kind == "input_audio":
+                audio = part.get("input_audio")
+                data = audio.get("data", "") if isinstance(audio, dict) else ""
+                total += max(1, len(str(data)) // AUDIO_CHARS_PER_TOKEN)
+            else:
+                # Unknown part types are forwarded untouched; estimate them by size.
+                total += _estimate(canonical(part).decode())
+        return total
+
+
+def _load_tiktoken(encoding: str) -> Encoder:
+    import tiktoken
+
+    return tiktoken.get_encoding(encoding)

@@ -1,0 +1,98 @@
+"""The one pooled upstream client, and the rules for what crosses to the upstream.
+
+One `httpx.AsyncClient` is created in the app's lifespan and shared by every
+request (never a global), so connections are reused across conversations.
+Tests inject a transport (respx or `httpx.MockTransport`) instead of the
+network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import httpx
+
+from .config import UpstreamSettings
+from .errors import UpstreamError
+
+# RFC 9110 §7.6.1 connection-specific headers, plus those httpx recomputes.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+PROXY_PREFIXES = ("x-conversation-id", "x-context-")
+
+
+def create_client(
+    settings: UpstreamSettings, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    timeout = httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s, pool=30.0)
+    limits = httpx.Limits(
+        max_connections=settings.max_connections,
+        max_keepalive_connections=settings.max_connections,
+        keepalive_expiry=30.0,
+    )
+    return httpx.AsyncClient(
+        timeout=timeout, limits=limits, transport=transport, follow_redirects=False
+    )
+
+
+def upstream_url(base_url: str, path: str, query: str = "") -> str:
+    """Join the configured base (which ends in /v1) with a client path under /v1/."""
+    base = base_url.rstrip("/")
+    suffix = path[3:] if path.startswith("/v1/") or path == "/v1" else path
+    url = f"{base}/{suffix.lstrip('/')}"
+    return f"{url}?{query}" if query else url
+
+
+def forward_headers(
+    headers: Iterable[tuple[str, str]], settings: UpstreamSettings
+) -> dict[str, str]:
+    """The client's headers minus hop-by-hop and the proxy's own, with the configured key."""
+    out: dict[str, str] = {}
+    for name, value in headers:
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower.startswith(PROXY_PREFIXES):
+            continue
+        out[lower] = value
+    if settings.api_key:
+        out["authorization"] = f"Bearer {settings.api_key}"
+    return out
+
+
+def response_headers(headers: httpx.Headers) -> dict[str, str]:
+    """Upstream response headers safe to relay (the server sets framing itself)."""
+    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+
+
+def transport_error(exc: httpx.HTTPError) -> UpstreamError:
+    """Map an httpx failure to the status design.md promises: 504 for timeouts, else 502."""
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamError(
+            504, "The upstream did not answer in time.", type="upstream_error", code="timeout"
+        )
+    return UpstreamError(
+        502,
+        f"The upstream could not be reached ({type(exc).__name__}).",
+        type="upstream_error",
+        code="upstream_unreachable",
+    )
+
+
+def bearer_token(headers: Mapping[str, str]) -> str:
+    """The client's API key: `Authorization: Bearer` as OpenAI SDKs send it, or Azure's `api-key`."""
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return headers.get("api-key", "").strip()

@@ -1,0 +1,79 @@
+"""Run real ASGI apps on 127.0.0.1 for integration tests (modelled on uvicorn's tests/utils.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (prefer `run_server(port=None)`, which has no race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def run_server(
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    startup_timeout_s: float = 10.0,
+    shutdown_timeout_s: float = 10.0,
+) -> Iterator[str]:
+    """Serve `app` with uvicorn in a background thread; yield its base URL ("http://HOST:PORT").
+
+    The listening socket is bound here and handed to uvicorn, so `port=None` picks a free
+    port without a bind race and the URL is known before the server starts.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port or 0))
+    except OSError:
+        sock.close()
+        raise
+    bound_port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=bound_port,
+        log_level="warning",
+        lifespan="on",
+        ws="none",  # no websockets import: keeps deprecation warnings out of filterwarnings=error
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run,
+        kwargs={"sockets": [sock]},
+        name=f"uvicorn-{bound_port}",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not server.started:
+            if not thread.is_alive():
+                raise RuntimeError(f"uvicorn on port {bound_port} exited during startup")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn on port {bound_port} did not start in time")
+            time.sleep(0.005)
+        url_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        yield f"http://{url_host}:{bound_port}"
+    finally:
+        server.should_exit = True
+        thread.join(shutdown_timeout_s)
+        if thread.is_alive():
+            server.force_exit = True
+            thread.join(shutdown_timeout_s)
+        sock.close()
+        if thread.is_alive():
+            raise RuntimeError(f"uvicorn on port {bound_port} did not stop")

@@ -1,0 +1,433 @@
+"""Tests of the fake OpenAI upstream itself, so proxy tests can trust what it says."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from starlette.testclient import TestClient
+
+from tests.fake_upstream import FakeUpstream, create_fake_upstream, estimate_tokens
+from tests.servers import free_port, run_server
+
+CHAT = "/v1/chat/completions"
+AUTH = {"authorization": "Bearer sk-test"}
+
+
+@pytest.fixture
+def fake() -> FakeUpstream:
+    return create_fake_upstream()
+
+
+@pytest.fixture
+def client(fake: FakeUpstream) -> Iterator[TestClient]:
+    with TestClient(fake.app) as test_client:
+        yield test_client
+
+
+def chat(client: TestClient, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
+    return client.post(
+        CHAT, json={"model": "gpt-4o-mini", "messages": messages, **extra}, headers=AUTH
+    )
+
+
+def sse_chunks(text: str) -> list[Any]:
+    """Parse an SSE body into its data payloads ("[DONE]" kept as a string)."""
+    assert text.endswith("data: [DONE]\n\n")
+    events = [e for e in text.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    return [e[6:] if e[6:] == "[DONE]" else json.loads(e[6:]) for e in events]
+
+
+def tool_call(call_id: str, name: str = "lookup") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def calls(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call(i) for i in ids]}
+
+
+def result(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": "42"}
+
+
+USER = {"role": "user", "content": "hello"}
+
+
+# -- non-streaming answers --------------------------------------------------------------------
+
+
+def test_echo_completion_has_openai_shape(client: TestClient, fake: FakeUpstream) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    response = chat(client, messages)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["object"] == "chat.completion"
+    assert body["id"].startswith("chatcmpl-")
+    assert body["model"] == "gpt-4o-mini"
+    assert body["choices"][0]["message"]["content"] == "Echo: Hi there"
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["prompt_tokens"] == estimate_tokens(messages)
+    total = body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+    assert body["usage"]["total_tokens"] == total
+    assert chat(client, messages).json() == body  # deterministic
+
+
+def test_records_method_path_query_headers_and_body(client: TestClient, fake: FakeUpstream) -> None:
+    client.post(
+        CHAT + "?x=1", json={"model": "m", "messages": [USER]}, headers={**AUTH, "X-Foo": "y"}
+    )
+    [record] = fake.requests
+    assert (record.method, record.path, record.query) == ("POST", CHAT, "x=1")
+    assert record.headers["authorization"] == "Bearer sk-test"
+    assert record.headers["x-foo"] == "y"
+    assert record.body == {"model": "m", "messages": [USER]}
+    assert fake.chat_requests() == [record.body] == [fake.last_chat()]
+
+
+def test_tool_call_then_tool_result(client: TestClient) -> None:
+    ask = {"role": "user", "content": "please call tool get_weather for Paris"}
+    message = chat(client, [ask]).json()["choices"][0]
+    assert message["finish_reason"] == "tool_calls"
+    [call] = message["message"]["tool_calls"]
+    assert call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"q": ask["content"]}
+    follow_up = [
+        ask,
+        message["message"],
+        {"role": "tool", "tool_call_id": call["id"], "content": "sunny"},
+    ]
+    answer = chat(client, follow_up).json()["choices"][0]["message"]
+    assert answer["content"] == "Tool said: sunny"
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"messages": [USER]}, None),
+        ({"model": "m"}, "missing_required_parameter"),
+        ({"model": "m", "messages": []}, "empty_array"),
+        ({"model": "m", "messages": "hi"}, "invalid_type"),
+        ({"model": "m", "messages": [{"content": "x"}]}, "missing_required_parameter"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "invalid_value"),
+        ({"model": "m", "messages": [{"role": "user"}]}, "missing_required_parameter"),
+        ({"model": "m", "messages": [USER, {"role": "assistant", "content": None}]}, None),
+        (
+            {"model": "m", "messages": [USER], "stream_options": {"include_usage": True}},
+            "invalid_value",
+        ),
+        (["not", "an", "object"], "invalid_type"),
+    ],
+)
+def test_rejects_malformed_bodies(client: TestClient, body: Any, code: str | None) -> None:
+    response = client.post(CHAT, json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"]) == ("invalid_request_error", code)
+
+
+def test_rejects_non_json(client: TestClient) -> None:
+    response = client.post(CHAT, content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("messages", "fragment"),
+    [
+        (
+            [USER, calls("call_a", "call_b"), result("call_a")],
+            "did not have response messages: call_b",
+        ),
+        ([USER, calls("call_a"), USER, result("call_a")], "did not have response messages: call_a"),
+        ([USER, result("call_a")], "must be a response to a preceeding message"),
+        ([USER, calls("call_a"), result("call_a"), result("call_a")], "must be a response"),
+        ([USER, calls("call_a"), result("call_b")], "must be a response"),
+        ([USER, calls("call_a"), result("call_a"), USER, result("call_a")], "must be a response"),
+        ([USER, calls("call_a")], "did not have response messages: call_a"),
+    ],
+)
+def test_rejects_broken_tool_chains(client: TestClient, messages: list[Any], fragment: str) -> None:
+    response = chat(client, messages)
+    assert response.status_code == 400
+    assert fragment in response.json()["error"]["message"]
+
+
+def test_accepts_whole_tool_chains_in_any_result_order(client: TestClient) -> None:
+    messages = [USER, calls("c1", "c2"), result("c2"), result("c1"), calls("c3"), result("c3")]
+    assert chat(client, messages).status_code == 200
+
+
+def test_context_limit(fake: FakeUpstream, client: TestClient) -> None:
+    messages = [{"role": "user", "content": "x" * 400}]
+    fake.context_limits["gpt-4o-mini"] = estimate_tokens(messages)
+    assert chat(client, messages).status_code == 200
+    response = chat(client, messages, max_tokens=1)  # the completion is reserved too
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert chat(client, [*messages, USER]).json()["error"]["code"] == "context_length_exceeded"
+
+
+# -- error switches ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "status"), [("error-429", 429), ("error-500", 500), ("error-401", 401)]
+)
+def test_error_models(client: TestClient, model: str, status: int) -> None:
+    response = client.post(CHAT, json={"model": model, "messages": [USER]})
+    assert response.status_code == status
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+    if status == 429:
+        assert response.headers["retry-after"] == "7"
+        assert response.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_fail_next_is_a_queue_for_chat_requests_only(
+    fake: FakeUpstream, client: TestClient
+) -> None:
+    fake.fail_next(503, {"error": {"message": "busy"}}, {"retry-after": "1"})
+    fake.fail_next(429)
+    summary = [{"role": "system", "content": "You are the Context-Proxy Summarizer."}, USER]
+    assert chat(client, summary).status_code == 200  # summariser calls do not consume failures
+    first = chat(client, [USER])
+    assert (first.status_code, first.json(), first.headers["retry-after"]) == (
+        503,
+        {"error": {"message": "busy"}},
+        "1",
+    )
+    assert chat(client, [USER]).status_code == 429
+    assert chat(client, [USER]).status_code == 200
+
+
+def test_summarizer_requests(client: TestClient, fake: FakeUpstream) -> None:
+    summary = [
+        {"role": "system", "content": "You are the context-proxy summarizer. Summarise."},
+        {"role": "user", "content": "user: I like tea\nassistant: noted"},
+    ]
+    answer = chat(client, summary).json()["choices"][0]["message"]["content"]
+    assert answer == "SUMMARY[2 messages; last: user: I like tea\nassistant: noted]"
+    chat(client, [USER])
+    assert fake.summary_requests() == [fake.requests[0].body]
+    assert fake.chat_requests() == [fake.requests[1].body]
+    fake.summary_text = lambda body: f"custom {len(body['messages'])}"
+    assert chat(client, summary).json()["choices"][0]["message"]["content"] == "custom 2"
+    fake.summarizer_down = True
+    assert chat(client, summary).status_code == 500
+    assert chat(client, [USER]).status_code == 200
+    fake.reset()
+    assert (fake.requests, fake.summarizer_down) == ([], False)
+
+
+def test_slow(fake: FakeUpstream, client: TestClient) -> None:
+    fake.slow_s = 0.2
+    started = time.monotonic()
+    assert chat(client, [USER]).status_code == 200
+    assert time.monotonic() - started >= 0.2
+
+
+# -- streaming --------------------------------------------------------------------------------
+
+
+def test_stream_content(client: TestClient) -> None:
+    messages = [{"role": "user", "content": "one two three four"}]
+    response = chat(client, messages, stream=True, stream_options={"include_usage": True})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    *chunks, usage_chunk, done = sse_chunks(response.text)
+    assert done == "[DONE]"
+    assert all(c["object"] == "chat.completion.chunk" for c in [*chunks, usage_chunk])
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
+    assert len(chunks) >= 6  # role, 5 words, finish
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == "Echo: one two three four"
+    assert chunks[-1]["choices"][0] == {
+        "index": 0,
+        "delta": {},
+        "logprobs": None,
+        "finish_reason": "stop",
+    }
+    assert all(c["usage"] is None for c in chunks)
+    assert usage_chunk["choices"] == []
+    assert usage_chunk["usage"]["prompt_tokens"] == estimate_tokens(messages)
+
+
+def test_stream_without_usage_has_no_usage_chunk(client: TestClient) -> None:
+    *chunks, done = sse_chunks(chat(client, [USER], stream=True).text)
+    assert done == "[DONE]"
+    assert all("usage" not in c and len(c["choices"]) == 1 for c in chunks)
+
+
+def test_stream_tool_call(client: TestClient) -> None:
+    ask = {"role": "user", "content": "call tool lookup the weather in Paris"}
+    *chunks, _ = sse_chunks(chat(client, [ask], stream=True).text)
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    head = deltas[0]["tool_calls"][0]
+    assert head["function"] == {"name": "lookup", "arguments": ""}
+    fragments = [d["tool_calls"][0]["function"]["arguments"] for d in deltas[1:-1]]
+    assert len(fragments) > 3
+    assert all(set(d["tool_calls"][0]) == {"index", "function"} for d in deltas[1:-1])
+    assert json.loads("".join(fragments)) == {"q": ask["content"]}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    unstreamed = chat(client, [ask]).json()["choices"][0]["message"]["tool_calls"][0]
+    assert head["id"] == unstreamed["id"]
+
+
+# -- other endpoints --------------------------------------------------------------------------
+
+
+def test_models_embeddings_and_unknown_paths(client: TestClient, fake: FakeUpstream) -> None:
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"} in models[
+        "data"
+    ]
+    assert client.get("/v1/models/gpt-4o-mini").json()["id"] == "gpt-4o-mini"
+    assert client.get("/v1/models/nope").json()["error"]["code"] == "model_not_found"
+    single = client.post("/v1/embeddings", json={"model": "e", "input": "a"}).json()
+    batch = client.post("/v1/embeddings", json={"model": "e", "input": ["a", "b"]}).json()
+    assert single["data"][0]["embedding"] == batch["data"][0]["embedding"]
+    assert len(batch["data"][1]["embedding"]) == 8
+    assert batch["data"][0]["embedding"] != batch["data"][1]["embedding"]
+    assert batch["usage"]["total_tokens"] >= 2
+    encoded = client.post(
+        "/v1/embeddings", json={"model": "e", "input": "a", "encoding_format": "base64"}
+    )
+    vector = struct.unpack("<8f", base64.b64decode(encoded.json()["data"][0]["embedding"]))
+    assert vector == pytest.approx(single["data"][0]["embedding"], abs=1e-6)
+    response = client.delete("/v1/files/abc?purpose=x")
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "Invalid URL (DELETE /v1/files/abc)"
+    assert [r.path for r in fake.requests][-1] == "/v1/files/abc"
+    assert fake.chat_requests() == []
+
+
+# -- through a real server and the official client --------------------------------------------
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[FakeUpstream, openai.OpenAI]]:
+    fake = create_fake_upstream(chunk_delay_s=0.05)
+    with (
+        run_server(fake.app) as url,
+        openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as oai,
+    ):
+        yield fake, oai
+
+
+@pytest.mark.integration
+def test_openai_client_round_trip_and_what_it_sends_back(
+    served: tuple[FakeUpstream, openai.OpenAI],
+) -> None:
+    fake, oai = served
+    messages: list[Any] = [{"role": "user", "content": "please call tool get_weather in Paris"}]
+    first = oai.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    [call] = first.choices[0].message.tool_calls or []
+    messages += [
+        first.choices[0].message,
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
+    second = oai.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    assert second.choices[0].message.content == "Tool said: sunny"
+    messages += [second.choices[0].message, {"role": "user", "content": "thanks"}]
+    third = oai.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    assert third.choices[0].message.content == "Echo: thanks"
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-test"
+    # The client re-sends a response message as model_dump(exclude_unset=True): the fields the
+    # response had (refusal null, annotations []), in the model's field order, never audio or
+    # function_call, and no "tool_calls" key when the response had none.
+    sent = json.loads(fake.chat_records()[-1].raw)["messages"]
+    assert json.dumps(sent[1]) == json.dumps(
+        {
+            "content": None,
+            "refusal": None,
+            "role": "assistant",
+            "annotations": [],
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "function": {"arguments": call.function.arguments, "name": "get_weather"},
+                    "type": "function",
+                }
+            ],
+        }
+    )
+    assert json.dumps(sent[3]) == json.dumps(
+        {"content": "Tool said: sunny", "refusal": None, "role": "assistant", "annotations": []}
+    )
+
+
+@pytest.mark.integration
+def test_openai_client_streams_incrementally(served: tuple[FakeUpstream, openai.OpenAI]) -> None:
+    _, oai = served
+    stream = oai.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "a b c d e f"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    arrivals, text, usage = [], "", None
+    for chunk in stream:
+        arrivals.append(time.monotonic())
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        usage = chunk.usage or usage
+    assert text == "Echo: a b c d e f"
+    assert usage is not None and usage.total_tokens > 0
+    assert arrivals[-1] - arrivals[0] >= 0.3  # 8 events, 50 ms apart: not delivered in one go
+
+
+@pytest.mark.integration
+def test_openai_client_reassembles_a_streamed_tool_call(
+    served: tuple[FakeUpstream, openai.OpenAI],
+) -> None:
+    _, oai = served
+    messages: Any = [{"role": "user", "content": "call tool lookup the capital of France"}]
+    tools: Any = [
+        {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    ]
+    with oai.chat.completions.stream(model="gpt-4o-mini", messages=messages, tools=tools) as stream:
+        final = stream.get_final_completion()
+    [call] = final.choices[0].message.tool_calls or []
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "lookup"
+    assert json.loads(call.function.arguments) == {"q": messages[0]["content"]}
+
+
+@pytest.mark.integration
+def test_openai_client_sees_errors(served: tuple[FakeUpstream, openai.OpenAI]) -> None:
+    _, oai = served
+    with pytest.raises(openai.RateLimitError) as rate_limited:
+        oai.chat.completions.create(model="error-429", messages=[USER])  # type: ignore[list-item]
+    assert rate_limited.value.response.headers["retry-after"] == "7"
+    broken: Any = [USER, calls("call_x")]
+    with pytest.raises(openai.BadRequestError, match="call_x"):
+        oai.chat.completions.create(model="gpt-4o-mini", messages=broken)
+    embedding = oai.embeddings.create(model="text-embedding-3-small", input="hello")
+    assert len(embedding.data[0].embedding) == 8
+
+
+@pytest.mark.integration
+def test_run_server_is_reusable_and_leaks_no_threads() -> None:
+    before = threading.active_count()
+    port = free_port()
+    for _ in range(3):
+        fake = create_fake_upstream()
+        with run_server(fake.app, port=port) as url:
+            assert url == f"http://127.0.0.1:{port}"
+            assert httpx.get(f"{url}/v1/models").status_code == 200
+    with run_server(create_fake_upstream().app) as url:
+        assert httpx.get(f"{url}/v1/models/gpt-4o").json()["id"] == "gpt-4o"
+    assert threading.active_count() == before

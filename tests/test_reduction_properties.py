@@ -1,0 +1,230 @@
+"""Invariants 1-5 of the design, checked by hypothesis for every strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.messages import Message, last_user_index, role, text_of, tool_call_ids
+from proxy.reduction import (
+    STRATEGIES,
+    Budget,
+    ContextTooLarge,
+    Policy,
+    Reduction,
+    ReductionState,
+    SummaryRequest,
+    Working,
+    reduce,
+)
+from tests.factories import assistant, call, developer, system, tool, user
+
+
+def count(message: Message) -> int:
+    return 3 + len(text_of(message)) // 4 + 1
+
+
+def fake_summary(request: SummaryRequest) -> str:
+    return f"S({len(request.messages)},{len(request.previous)})"
+
+
+PINNED = "SYSTEM CONTEXT (JSON):"
+FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def texts(draw: st.DrawFn, tag: str) -> str:
+    return tag + " " + "x" * draw(st.integers(0, 300))
+
+
+@st.composite
+def rounds(draw: st.DrawFn, n: int, *, finished: bool = True) -> list[Message]:
+    """One segment: a user message, 0-2 tool rounds of 1-3 calls, usually a final answer."""
+    out: list[Message] = [user(draw(texts(f"u{n}")))]
+    if draw(st.integers(0, 9)) == 0:
+        out.append(user(PINNED + " {}"))
+    for r in range(draw(st.integers(0, 2))):
+        ids = [f"c{n}_{r}_{i}" for i in range(draw(st.integers(1, 3)))]
+        out.append(assistant(None, tool_calls=[call(i) for i in ids]))
+        results = [tool(i, draw(texts("r"))) for i in ids]
+        out.extend(draw(st.permutations(results)))
+    if finished or draw(st.booleans()):
+        out.append(assistant(draw(texts(f"a{n}"))))
+    return out
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> tuple[list[Message], list[Message]]:
+    leading = draw(st.lists(st.sampled_from([system(), developer()]), max_size=2))
+    body: list[Message] = []
+    segments = draw(st.integers(1, 12))
+    for n in range(segments):
+        body.extend(draw(rounds(n, finished=n < segments - 1)))
+    return leading, body
+
+
+@st.composite
+def broken(draw: st.DrawFn) -> tuple[list[Message], list[Message]]:
+    leading, body = draw(conversations())
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["drop_result", "orphan", "dangling"]))
+        tools = [i for i, m in enumerate(body) if role(m) == "tool"]
+        if kind == "drop_result" and tools:
+            body.pop(draw(st.sampled_from(tools)))
+        elif kind == "orphan":
+            body.insert(draw(st.integers(0, len(body))), tool("ghost", "lost"))
+        else:
+            body.insert(
+                draw(st.integers(0, len(body))), assistant(None, tool_calls=[call("open")])
+            )
+    return leading, body
+
+
+budgets = st.builds(
+    Budget,
+    context_tokens=st.integers(40, 4000),
+    reserved_output=st.integers(0, 50),
+    trigger_ratio=st.floats(0.4, 0.9),
+    keep_recent_ratio=st.floats(0.1, 0.5),
+    target_messages=st.integers(1, 15),
+    threshold_messages=st.integers(0, 6),
+)
+policies = st.builds(
+    Policy,
+    strategy=st.sampled_from(STRATEGIES),
+    single_summary=st.booleans(),
+    summarize_by=st.sampled_from(["tokens", "messages", "both"]),
+)
+
+
+def assert_chains_intact(messages: tuple[Message, ...]) -> None:
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        assert role(message) != "tool", f"orphaned tool result at {i}"
+        ids = tool_call_ids(message)
+        i += 1
+        if ids:
+            answered = []
+            while i < len(messages) and role(messages[i]) == "tool":
+                answered.append(messages[i]["tool_call_id"])
+                i += 1
+            assert sorted(answered) == sorted(set(ids))
+
+
+def assert_invariants(
+    red: Reduction, working: Working, policy: Policy, budget: Budget, *, valid: bool
+) -> None:
+    out = red.messages
+    leading = list(working.leading)
+    assert list(out[: len(leading)]) == leading
+    rest = list(out[len(leading) :])
+    summary = [rest.pop(0)] if red.state.summaries else []
+    assert all(role(m) not in ("system", "developer") or PINNED in text_of(m) for m in rest)
+    assert_chains_intact(out) if policy.repair_tool_chains or valid else None
+    tail = list(working.tail)
+    lu = last_user_index(tail)
+    active = tail[lu:] if lu >= 0 else tail[-1:]
+    if valid and "truncated" not in red.kinds:
+        assert rest[len(rest) - len(active) :] == active
+    history = sum(count(m) for m in out)
+    assert red.tokens_out == history + 3
+    assert red.state.tail_start == working.state.tail_start + red.dropped
+    assert red.kinds and all(k != "fallback" for k in red.kinds)
+    if policy.strategy == "none":
+        return
+    assert history + 3 <= budget.hard_limit or history <= budget.limit
+    pinned = [m for m in tail[:lu] if policy.strategy == "filter" and PINNED in text_of(m)]
+    mandatory = sum(count(m) for m in [*leading, *summary, *pinned, *active])
+    if valid and mandatory <= budget.limit:
+        assert history <= budget.limit
+    if "truncated" in red.kinds and policy.strategy != "tiered":
+        assert mandatory > budget.limit
+
+
+def run(
+    working: Working, policy: Policy, budget: Budget, *, valid: bool, summariser_ok: bool = True
+) -> Reduction | None:
+    try:
+        first = reduce(working, policy, budget, count)
+    except ContextTooLarge as exc:
+        assert exc.needed > exc.available
+        return None
+    assert_invariants(first, working, policy, budget, valid=valid)
+    if not first.summary_requests or not summariser_ok:
+        return first
+    texts: Mapping[str, str] = {r.key: fake_summary(r) for r in first.summary_requests}
+    second = reduce(working, policy, budget, count, texts)
+    assert_invariants(second, working, policy, budget, valid=valid)
+    assert reduce(working, policy, budget, count, texts) == second
+    if policy.strategy == "summarize":
+        assert "summarized" in second.kinds and not second.summary_requests
+        assert second.dropped >= first.dropped
+    return second
+
+
+@FAST
+@given(conversations(), policies, budgets)
+def test_every_strategy_keeps_the_invariants(
+    conv: tuple[list[Message], list[Message]], policy: Policy, budget: Budget
+) -> None:
+    leading, body = conv
+    run(Working(tuple(leading), tuple(body)), policy, budget, valid=True)
+
+
+@FAST
+@given(broken(), policies, budgets)
+def test_repair_makes_every_forwarded_request_valid(
+    conv: tuple[list[Message], list[Message]], policy: Policy, budget: Budget
+) -> None:
+    leading, body = conv
+    run(Working(tuple(leading), tuple(body)), policy, budget, valid=False)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    conversations(),
+    st.sampled_from(["none", "messages", "tokens", "summarize"]),
+    st.sampled_from(["tokens", "messages", "both"]),
+    st.booleans(),
+    budgets,
+    st.lists(st.booleans(), min_size=3, max_size=10),
+)
+def test_forwarded_request_extends_the_previous_one_until_a_threshold_is_crossed(
+    conv: tuple[list[Message], list[Message]],
+    strategy: str,
+    summarize_by: str,
+    single: bool,
+    budget: Budget,
+    summariser_ok: list[bool],
+) -> None:
+    leading, body = conv
+    policy = Policy(strategy=strategy, summarize_by=summarize_by, single_summary=single)
+    tail = tuple(body)
+    state = ReductionState()
+    previous: Reduction | None = None
+    for turn, ok in enumerate(summariser_ok):
+        working = Working(tuple(leading), tail, state)
+        red = run(working, policy, budget, valid=True, summariser_ok=ok)
+        if red is None:
+            return
+        if (
+            previous is not None
+            and red.dropped == 0
+            and red.state.summaries == state.summaries
+            and "truncated" not in previous.kinds + red.kinds
+        ):
+            assert red.messages[: len(previous.messages)] == previous.messages
+        previous, state = red, red.state
+        tail = (*tail[red.dropped :], assistant(f"answer {turn}"), user(f"next {turn}"))
+
+
+def test_unknown_strategy_is_rejected() -> None:
+    try:
+        reduce(Working((), (user(),)), Policy(strategy="magic"), Budget(1000), count)
+    except ValueError as exc:
+        assert "magic" in str(exc)
+    else:
+        raise AssertionError("expected ValueError")

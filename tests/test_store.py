@@ -1,0 +1,463 @@
+"""Behaviour every store backend shares, plus what only the SQLite file promises."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis
+
+from proxy.errors import ConfigError
+from proxy.messages import Message, chain_hashes
+from proxy.store import (
+    ArchiveEntry,
+    ConvKey,
+    MemoryStore,
+    Snapshot,
+    SqliteStore,
+    Store,
+    StoreError,
+    TurnCommit,
+    open_store,
+)
+from proxy.store.schema import migrate
+from tests.factories import assistant, system, user
+
+ALICE = ConvKey("a" * 64, "chat-1")
+MALLORY = ConvKey("b" * 64, "chat-1")
+TTL = 3600
+TABLES = ("conversations", "messages", "snapshots")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+Factory = Callable[..., Store]
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A throwaway redis-server on a free port, or a skip where none is installed."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        for _ in range(100):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Factory:
+    """Opens a store of the parametrised backend; sqlite stores share one file, redis one db."""
+    url = "redis://127.0.0.1:1/0"
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        client.close()
+
+    def make(**options: Any) -> Store:
+        options = {"ttl_s": TTL, "now": clock, **options}
+        return open_store(request.param, path=str(tmp_path / "store.db"), url=url, **options)
+
+    return make
+
+
+@pytest_asyncio.fixture
+async def store(make_store: Factory) -> AsyncIterator[Store]:
+    opened = make_store()
+    yield opened
+    await opened.close()
+
+
+def turn(
+    key: ConvKey,
+    request: list[Message],
+    answer: Message | None = None,
+    *,
+    state: dict[str, Any] | None = None,
+) -> TurnCommit:
+    """The commit a proxy makes after forwarding `request` and receiving `answer`."""
+    messages = [*request, answer or assistant(f"answer {len(request)}")]
+    hashes = chain_hashes(messages)
+    parents = ["", *hashes[:-1]]
+    archive = [ArchiveEntry(h, p, m) for h, p, m in zip(hashes, parents, messages, strict=True)]
+    head = hashes[len(request) - 1]
+    snapshot = Snapshot(head, len(request), state or {"upto": len(request)}, 0.0)
+    return TurnCommit(key, archive, snapshot, working=messages)
+
+
+def history(turns: int) -> list[Message]:
+    """system, then `turns` user/assistant pairs matching what `turn` answers."""
+    messages = [system()]
+    for i in range(turns):
+        messages.append(user(f"question {i}"))
+        messages.append(assistant(f"answer {len(messages)}"))
+    return messages
+
+
+async def commit_turns(store: Store, key: ConvKey, count: int) -> list[Message]:
+    """Commit `count` growing turns in full-history mode; return the final history."""
+    for i in range(count):
+        await store.commit(turn(key, [*history(i), user(f"question {i}")]))
+    return history(count)
+
+
+@pytest.mark.asyncio
+async def test_find_snapshot_picks_the_longest_stored_prefix(store: Store) -> None:
+    messages = await commit_turns(store, ALICE, 3)
+    incoming = [*messages, user("question 3")]
+
+    found = await store.find_snapshot(ALICE, chain_hashes(incoming))
+
+    assert found is not None
+    assert found.position == 6 and found.state == {"upto": 6}
+    assert found.head == chain_hashes(incoming)[5]
+
+
+@pytest.mark.asyncio
+async def test_edit_falls_back_to_the_snapshot_before_the_branch(store: Store) -> None:
+    messages = await commit_turns(store, ALICE, 3)
+    edited = [*messages[:3], user("question 1, reworded"), *messages[4:]]
+
+    found = await store.find_snapshot(ALICE, chain_hashes(edited))
+
+    assert found is not None and found.position == 2
+
+
+@pytest.mark.asyncio
+async def test_unknown_history_finds_no_snapshot(store: Store) -> None:
+    await commit_turns(store, ALICE, 2)
+
+    assert await store.find_snapshot(ALICE, chain_hashes([user("something else")])) is None
+    assert await store.find_snapshot(ALICE, []) is None
+    assert await store.find_snapshot(ConvKey(ALICE.tenant, "other"), ["x"]) is None
+
+
+@pytest.mark.asyncio
+async def test_find_snapshot_scans_histories_longer_than_one_query(store: Store) -> None:
+    long = [user(f"message {i}") for i in range(2500)]
+    await store.commit(turn(ALICE, long[:1201]))
+    incoming = [*long, user("more")]
+
+    found = await store.find_snapshot(ALICE, chain_hashes(incoming))
+
+    assert found is not None and found.position == 1201
+
+
+@pytest.mark.asyncio
+async def test_resending_the_history_archives_only_new_messages(store: Store) -> None:
+    await commit_turns(store, ALICE, 3)
+
+    archived = await store.archive(ALICE)
+
+    assert [a.message for a in archived] == history(3)
+    assert [a.parent for a in archived[1:]] == [a.hash for a in archived[:-1]]
+    assert [a.seq for a in archived] == sorted(a.seq for a in archived)
+
+
+@pytest.mark.asyncio
+async def test_an_edit_archives_a_sibling_branch(store: Store) -> None:
+    messages = await commit_turns(store, ALICE, 2)
+    await store.commit(turn(ALICE, [*messages[:3], user("question 1, reworded")]))
+
+    archived = await store.archive(ALICE)
+
+    assert len(archived) == 5 + 2
+    assert archived[-2].parent == archived[2].hash == archived[3].parent
+
+
+@pytest.mark.asyncio
+async def test_archive_pages_in_insertion_order(store: Store) -> None:
+    await commit_turns(store, ALICE, 3)
+
+    first = await store.archive(ALICE, limit=4)
+    rest = await store.archive(ALICE, limit=100, offset=4)
+
+    assert [a.message for a in first + rest] == history(3)
+
+
+@pytest.mark.asyncio
+async def test_latest_returns_the_last_turns_working_history(store: Store, clock: Clock) -> None:
+    assert await store.latest(ALICE) is None
+    await store.commit(turn(ALICE, [system(), user("hi")]))
+    clock.advance(10)
+    working = [system(), {"role": "system", "content": "summary"}, user("again")]
+    last = turn(ALICE, [system(), user("hi"), assistant("answer 2"), user("again")])
+    await store.commit(TurnCommit(ALICE, last.archive, last.snapshot, working))
+
+    latest = await store.latest(ALICE)
+
+    assert latest is not None
+    assert latest.working == working
+    assert latest.turns == 2 and latest.position == 4
+    assert latest.head == last.snapshot.head and latest.state == {"upto": 4}
+    assert latest.updated_at - latest.created_at == 10
+
+
+@pytest.mark.asyncio
+async def test_regenerating_a_turn_refreshes_its_snapshot(store: Store) -> None:
+    request = [system(), user("hi")]
+    await store.commit(turn(ALICE, request, assistant("first try"), state={"v": 1}))
+    await store.commit(turn(ALICE, request, assistant("second try"), state={"v": 2}))
+
+    found = await store.find_snapshot(ALICE, chain_hashes(request))
+    latest = await store.latest(ALICE)
+
+    assert found is not None and found.state == {"v": 2}
+    assert latest is not None and latest.turns == 2
+    assert len(await store.archive(ALICE)) == 4
+
+
+@pytest.mark.asyncio
+async def test_another_tenant_cannot_read_find_extend_or_delete(store: Store) -> None:
+    messages = await commit_turns(store, ALICE, 2)
+    heads = chain_hashes(messages)
+
+    assert await store.latest(MALLORY) is None
+    assert await store.find_snapshot(MALLORY, heads) is None
+    assert await store.archive(MALLORY) == []
+    assert await store.delete(MALLORY) is False
+    await store.commit(turn(MALLORY, [user("mine now")]))
+
+    latest = await store.latest(ALICE)
+    assert latest is not None and latest.turns == 2
+    assert len(await store.archive(ALICE)) == 5
+    assert [c.key for c in await store.list_conversations(ALICE.tenant)] == [ALICE]
+
+
+@pytest.mark.asyncio
+async def test_idle_conversations_expire(store: Store, clock: Clock) -> None:
+    messages = await commit_turns(store, ALICE, 2)
+    clock.advance(TTL + 1)
+
+    assert await store.latest(ALICE) is None
+    assert await store.find_snapshot(ALICE, chain_hashes(messages)) is None
+    assert await store.archive(ALICE) == []
+    assert await store.list_conversations(None) == []
+    assert await store.delete(ALICE) is False
+
+
+@pytest.mark.asyncio
+async def test_a_commit_after_expiry_starts_afresh(store: Store, clock: Clock) -> None:
+    messages = await commit_turns(store, ALICE, 2)
+    clock.advance(TTL + 1)
+    await store.commit(turn(ALICE, [user("new start")]))
+
+    latest = await store.latest(ALICE)
+
+    assert latest is not None and latest.turns == 1
+    assert await store.find_snapshot(ALICE, chain_hashes(messages)) is None
+    assert len(await store.archive(ALICE)) == 2
+
+
+@pytest.mark.asyncio
+async def test_each_commit_keeps_a_conversation_alive(store: Store, clock: Clock) -> None:
+    await commit_turns(store, ALICE, 1)
+    clock.advance(TTL - 1)
+    await commit_turns(store, ALICE, 2)
+    clock.advance(TTL - 1)
+
+    assert await store.latest(ALICE) is not None
+
+
+@pytest.mark.asyncio
+async def test_only_the_newest_snapshots_are_kept(make_store: Factory) -> None:
+    store = make_store(max_snapshots=3)
+    heads = chain_hashes(await commit_turns(store, ALICE, 5))
+
+    # Turn i forwarded 2 * i + 2 messages, so its snapshot sits at that position.
+    kept = [n for n in (2, 4, 6, 8, 10) if await store.find_snapshot(ALICE, [heads[n - 1]])]
+    await store.close()
+
+    assert kept == [6, 8, 10]
+
+
+@pytest.mark.asyncio
+async def test_delete_forgets_everything(store: Store) -> None:
+    messages = await commit_turns(store, ALICE, 2)
+
+    assert await store.delete(ALICE) is True
+    assert await store.delete(ALICE) is False
+    assert await store.latest(ALICE) is None
+    assert await store.find_snapshot(ALICE, chain_hashes(messages)) is None
+    assert await store.archive(ALICE) == []
+
+
+@pytest.mark.asyncio
+async def test_list_conversations_newest_first_per_tenant(store: Store, clock: Clock) -> None:
+    second = ConvKey(ALICE.tenant, "chat-2")
+    await commit_turns(store, ALICE, 2)
+    clock.advance(5)
+    await commit_turns(store, second, 1)
+    clock.advance(5)
+    await commit_turns(store, MALLORY, 1)
+
+    mine = await store.list_conversations(ALICE.tenant)
+    everyone = await store.list_conversations(None, limit=2)
+
+    assert [(c.key, c.turns, c.messages) for c in mine] == [(second, 1, 3), (ALICE, 2, 5)]
+    assert [c.key for c in everyone] == [MALLORY, second]
+    assert [c.key for c in await store.list_conversations(None, offset=2)] == [ALICE]
+
+
+@pytest.mark.asyncio
+async def test_callers_mutating_their_dicts_never_alter_the_store(store: Store) -> None:
+    committed = turn(ALICE, [user("original")], state={"summary": "kept"})
+    await store.commit(committed)
+    committed.archive[0].message["content"] = "tampered"
+    committed.snapshot.state["summary"] = "tampered"
+    committed.working.append(user("tampered"))
+    latest = await store.latest(ALICE)
+    assert latest is not None
+    latest.working[0]["content"] = "tampered"
+
+    again = await store.latest(ALICE)
+
+    assert again is not None and again.working == [user("original"), assistant("answer 1")]
+    assert again.state == {"summary": "kept"}
+    assert (await store.archive(ALICE))[0].message == user("original")
+
+
+@pytest.mark.asyncio
+async def test_concurrent_commits_are_each_applied_whole(store: Store) -> None:
+    keys = [ConvKey(ALICE.tenant, f"parallel-{i}") for i in range(20)]
+    same = [turn(ALICE, [system(), user(f"variant {i}")]) for i in range(30)]
+
+    await asyncio.gather(
+        *(commit_turns(store, key, 3) for key in keys), *(store.commit(t) for t in same)
+    )
+
+    for key in keys:
+        latest = await store.latest(key)
+        assert latest is not None and latest.turns == 3
+        assert [a.message for a in await store.archive(key)] == history(3)
+    latest = await store.latest(ALICE)
+    assert latest is not None and latest.turns == 30
+    assert len(await store.archive(ALICE)) == 1 + 30 * 2
+
+
+@pytest.mark.asyncio
+async def test_ping_answers_while_open(store: Store) -> None:
+    await store.ping()
+
+
+@pytest.mark.asyncio
+async def test_sqlite_store_keeps_everything_across_a_restart(tmp_path: Path) -> None:
+    path = str(tmp_path / "restart.db")
+    store = SqliteStore(path)
+    messages = await commit_turns(store, ALICE, 3)
+    await store.close()
+
+    reopened = SqliteStore(path)
+    latest = await reopened.latest(ALICE)
+    found = await reopened.find_snapshot(ALICE, chain_hashes(messages))
+    archived = await reopened.archive(ALICE)
+    await reopened.close()
+
+    assert latest is not None and latest.turns == 3
+    assert found is not None and found.position == 6
+    assert [a.message for a in archived] == messages
+
+
+@pytest.mark.asyncio
+async def test_sweep_at_open_deletes_expired_rows(tmp_path: Path, clock: Clock) -> None:
+    path = str(tmp_path / "sweep.db")
+    store = SqliteStore(path, ttl_s=TTL, now=clock)
+    await commit_turns(store, ALICE, 2)
+    await store.close()
+    clock.advance(TTL + 1)
+
+    await SqliteStore(path, ttl_s=TTL, now=clock).close()
+
+    with sqlite3.connect(path) as db:
+        counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES]
+    assert counts == [0, 0, 0]
+
+
+def test_migrating_twice_is_a_noop(tmp_path: Path) -> None:
+    with sqlite3.connect(tmp_path / "m.db", isolation_level=None) as db:
+        first = migrate(db)
+        schema = db.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+
+        assert first and migrate(db) == []
+        assert db.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == schema
+        assert db.execute("SELECT COUNT(*) FROM _migrations").fetchone()[0] == len(first)
+
+
+@pytest.mark.asyncio
+async def test_a_closed_sqlite_store_raises_store_error(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "closed.db"))
+    await store.close()
+    await store.close()
+
+    with pytest.raises(StoreError):
+        await store.ping()
+
+
+def test_an_unopenable_sqlite_path_raises_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open"):
+        SqliteStore(str(tmp_path / "missing" / "dir" / "x.db"))
+
+
+@pytest.mark.asyncio
+async def test_open_store_names_the_backend_it_cannot_open() -> None:
+    assert isinstance(open_store("memory"), MemoryStore)
+    with pytest.raises(ConfigError, match="unknown backend"):
+        open_store("postgres")
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_redis_fails_ping_with_store_error() -> None:
+    store = open_store("redis", url="redis://127.0.0.1:1/0")
+    with pytest.raises(StoreError, match="unreachable"):
+        await store.ping()
+    await store.close()
+
+
+@pytest.mark.asyncio
+async def test_stores_without_expiry_keep_idle_conversations(make_store: Factory) -> None:
+    clock = Clock()
+    store = make_store(ttl_s=0, now=clock)
+    await commit_turns(store, ALICE, 1)
+    clock.advance(10 * 365 * 24 * 3600)
+
+    assert await store.latest(ALICE) is not None
+    assert len(await store.list_conversations(None)) == 1
+    await store.close()
