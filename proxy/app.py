@@ -22,10 +22,10 @@ from .context import AppContext
 from .conversation import tenant_of
 from .errors import ProxyError, error_body
 from .intake import too_large
+from .models import context_window
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
-from .models import context_window
 from .upstream import (
     create_client,
     forward_headers,
@@ -52,12 +52,16 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         client = create_client(settings.upstream, transport)
         s = settings.store
-        the_store = store or open_store(s.backend, path=s.path, url=s.url, ttl_s=s.ttl_s,
-                                        max_conversations=s.max_conversations)
+        the_store = store or open_store(
+            s.backend, path=s.path, url=s.url, ttl_s=s.ttl_s, max_conversations=s.max_conversations
+        )
         r = settings.reduction
         summarizer_model = r.summarizer_model
-        window = context_window(summarizer_model or "gpt-4o-mini", settings.models.windows,
-                                settings.models.default_context_tokens)
+        window = context_window(
+            summarizer_model or "gpt-4o-mini",
+            settings.models.windows,
+            settings.models.default_context_tokens,
+        )
         summarizer = Summarizer(
             client,
             base_url=r.summarizer_base_url or settings.upstream.base_url,
@@ -75,8 +79,11 @@ def create_app(
 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/{path:path}", passthrough,
-              methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
+        Route(
+            "/v1/{path:path}",
+            passthrough,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        ),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/admin/conversations", admin_list, methods=["GET"]),
         Route("/admin/conversations/{id}", admin_conversation, methods=["GET", "DELETE"]),
@@ -96,8 +103,9 @@ async def proxy_error(request: Request, exc: Exception) -> Response:
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     # A bug of ours must not look like the upstream's 500; say whose fault it is.
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    body = error_body("The proxy failed to handle this request.", type="proxy_error",
-                      code="proxy_internal_error")
+    body = error_body(
+        "The proxy failed to handle this request.", type="proxy_error", code="proxy_internal_error"
+    )
     return Response(body, status_code=502, media_type=JSON)
 
 
@@ -113,7 +121,8 @@ async def passthrough(request: Request) -> Response:
     if declared is not None:
         headers["content-length"] = declared
     has_body = request.method not in ("GET", "HEAD") and (
-        declared not in (None, "0") or "transfer-encoding" in request.headers)
+        declared not in (None, "0") or "transfer-encoding" in request.headers
+    )
     upstream_request = ctx.client.build_request(
         request.method,
         upstream_url(ctx.settings.upstream.base_url, request.url.path, request.url.query),
@@ -139,9 +148,12 @@ async def healthz(request: Request) -> Response:
         store_status, status = "ok", 200
     except StoreError:
         store_status, status = "unreachable", 503
-    body = {"status": "ok" if status == 200 else "degraded", "store": store_status,
-            "backend": ctx.settings.store.backend, "tokenizer":
-            "tiktoken" if ctx.counter.exact else "estimate"}
+    body = {
+        "status": "ok" if status == 200 else "degraded",
+        "store": store_status,
+        "backend": ctx.settings.store.backend,
+        "tokenizer": "tiktoken" if ctx.counter.exact else "estimate",
+    }
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 
@@ -149,13 +161,13 @@ def _admin(request: Request) -> AppContext:
     ctx: AppContext = request.state.ctx
     token = ctx.settings.auth.admin_token
     if not token:
-        raise ProxyError(404, "Admin routes are disabled (set auth.admin_token).",
-                         code="not_found")
+        raise ProxyError(404, "Admin routes are disabled (set auth.admin_token).", code="not_found")
     given = request.headers.get("authorization", "")
     given = given[7:] if given[:7].lower() == "bearer " else ""
     if not hmac.compare_digest(given.encode(), token.encode()):
-        raise ProxyError(401, "Admin token required.", type="authentication_error",
-                         code="invalid_admin_token")
+        raise ProxyError(
+            401, "Admin token required.", type="authentication_error", code="invalid_admin_token"
+        )
     return ctx
 
 
@@ -176,10 +188,19 @@ async def admin_list(request: Request) -> Response:
         items = await ctx.store.list_conversations(tenant, limit=limit, offset=offset)
     except StoreError:
         raise ProxyError(503, "The store is unreachable.", type="server_error") from None
-    data = [{"tenant": c.key.tenant, "id": c.key.conversation, "turns": c.turns,
-             "updated_at": c.updated_at} for c in items]
-    return Response(orjson.dumps({"object": "list", "data": data, "limit": limit,
-                                  "offset": offset}), media_type=JSON)
+    data = [
+        {
+            "tenant": c.key.tenant,
+            "id": c.key.conversation,
+            "turns": c.turns,
+            "updated_at": c.updated_at,
+        }
+        for c in items
+    ]
+    return Response(
+        orjson.dumps({"object": "list", "data": data, "limit": limit, "offset": offset}),
+        media_type=JSON,
+    )
 
 
 async def admin_conversation(request: Request) -> Response:
@@ -190,13 +211,13 @@ async def admin_conversation(request: Request) -> Response:
             deleted = await ctx.store.delete(key)
             if not deleted:
                 raise ProxyError(404, "No such conversation.", code="conversation_not_found")
-            return Response(orjson.dumps({"id": key.conversation, "deleted": True}),
-                            media_type=JSON)
+            return Response(
+                orjson.dumps({"id": key.conversation, "deleted": True}), media_type=JSON
+            )
         latest = await ctx.store.latest(key)
         if latest is None:
             raise ProxyError(404, "No such conversation.", code="conversation_not_found")
-        archive = await ctx.store.archive(key, limit=_int_param(request, "limit", 1000, 1,
-                                                                100_000))
+        archive = await ctx.store.archive(key, limit=_int_param(request, "limit", 1000, 1, 100_000))
     except StoreError:
         raise ProxyError(503, "The store is unreachable.", type="server_error") from None
     body = {

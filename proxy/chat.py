@@ -70,18 +70,21 @@ async def chat_completions(request: Request) -> Response:
     api_key = authorize(ctx, request)
     mode = request.headers.get("x-context-mode", "full").strip().lower()
     if mode not in ("full", "append"):
-        raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.",
-                         param="X-Context-Mode")
+        raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.", param="X-Context-Mode")
     strategy = request.headers.get("x-context-strategy", "").strip().lower()
     strategy = strategy or ctx.settings.reduction.strategy
     if strategy not in STRATEGIES:
-        raise ProxyError(400, f"X-Context-Strategy must be one of {', '.join(STRATEGIES)}.",
-                         param="X-Context-Strategy")
+        raise ProxyError(
+            400,
+            f"X-Context-Strategy must be one of {', '.join(STRATEGIES)}.",
+            param="X-Context-Strategy",
+        )
     if ctx.settings.reduction.trigger_ratio == 0:
         strategy = "none"  # ensemble: a threshold of 0 disables compaction
     messages = as_messages(payload)
-    ident = conv.identify(conv.tenant_of(api_key), request.headers.get("x-conversation-id"),
-                          messages)
+    ident = conv.identify(
+        conv.tenant_of(api_key), request.headers.get("x-conversation-id"), messages
+    )
     key = ConvKey(ident.tenant, ident.conversation)
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
     lock = ctx.locks.get(key) if mode == "append" else None
@@ -111,39 +114,55 @@ async def chat_completions(request: Request) -> Response:
     finally:
         await response.aclose()
         release()
-    extra = outcome.headers() if response.status_code == 200 else {
-        "x-conversation-id": key.conversation}
-    return Response(content, status_code=response.status_code,
-                    headers={**response_headers(response.headers), **extra})
+    extra = (
+        outcome.headers()
+        if response.status_code == 200
+        else {"x-conversation-id": key.conversation}
+    )
+    return Response(
+        content,
+        status_code=response.status_code,
+        headers={**response_headers(response.headers), **extra},
+    )
 
 
 def authorize(ctx: AppContext, request: Request) -> str:
     api_key = bearer_token(request.headers)
     keys = ctx.settings.auth.client_keys
     if keys and not any(hmac.compare_digest(api_key.encode(), k.encode()) for k in keys):
-        raise ProxyError(401, "Incorrect API key provided for this proxy.",
-                         code="invalid_api_key")
+        raise ProxyError(401, "Incorrect API key provided for this proxy.", code="invalid_api_key")
     return api_key
 
 
 async def prepare(
-    ctx: AppContext, key: ConvKey, payload: dict[str, Any], messages: list[Message],
-    mode: str, strategy: str, headers: dict[str, str],
+    ctx: AppContext,
+    key: ConvKey,
+    payload: dict[str, Any],
+    messages: list[Message],
+    mode: str,
+    strategy: str,
+    headers: dict[str, str],
 ) -> Outcome:
     stateless = False
     if mode == "append":
         try:
             stored = await ctx.store.latest(key)
         except StoreError:
-            raise ProxyError(503, "The conversation store is unreachable; append mode cannot "
-                             "supply the history.", type="server_error",
-                             code="store_unavailable") from None
+            raise ProxyError(
+                503,
+                "The conversation store is unreachable; append mode cannot supply the history.",
+                type="server_error",
+                code="store_unavailable",
+            ) from None
         if stored is None:
-            raise ProxyError(404, f"Unknown conversation '{key.conversation}'. Start it with "
-                             "a full-history request (without X-Context-Mode: append).",
-                             param="X-Conversation-Id", code="conversation_not_found")
-        turn = conv.reconcile_append(messages, stored.working, stored.state,
-                                     stored.position + 1)
+            raise ProxyError(
+                404,
+                f"Unknown conversation '{key.conversation}'. Start it with "
+                "a full-history request (without X-Context-Mode: append).",
+                param="X-Conversation-Id",
+                code="conversation_not_found",
+            )
+        turn = conv.reconcile_append(messages, stored.working, stored.state, stored.position + 1)
     else:
         hashes = chain_hashes(messages)
         try:
@@ -152,8 +171,10 @@ async def prepare(
             log.warning("store unreachable; reducing %s without stored state", key.conversation)
             snapshot, stateless = None, True
         turn = conv.reconcile_full(
-            messages, hashes,
-            snapshot.position if snapshot else None, snapshot.state if snapshot else None,
+            messages,
+            hashes,
+            snapshot.position if snapshot else None,
+            snapshot.state if snapshot else None,
         )
     model = str(payload["model"])
     count = ctx.counter.for_model(model)
@@ -165,15 +186,17 @@ async def prepare(
     try:
         reduction = reduce(turn.working, policy, budget, count)
     except ContextTooLarge as exc:
-        raise ProxyError(400, str(exc), param="messages",
-                         code="context_length_exceeded") from None
+        raise ProxyError(400, str(exc), param="messages", code="context_length_exceeded") from None
     made = spent = 0
     if reduction.summary_requests:
         try:
             texts: dict[str, str] = {}
-            results = await asyncio.gather(*(
-                ctx.summarizer.summarize(r, model=model, headers=headers)
-                for r in reduction.summary_requests))
+            results = await asyncio.gather(
+                *(
+                    ctx.summarizer.summarize(r, model=model, headers=headers)
+                    for r in reduction.summary_requests
+                )
+            )
             for req, result in zip(reduction.summary_requests, results, strict=True):
                 texts[req.key] = result.text
                 spent += result.tokens
@@ -188,16 +211,22 @@ async def prepare(
 
 
 def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:
-    return Reduction(messages=turn.history, state=turn.working.state, kinds=("none",),
-                     tokens_out=tokens)
+    return Reduction(
+        messages=turn.history, state=turn.working.state, kinds=("none",), tokens_out=tokens
+    )
 
 
 def _with_kind(reduction: Reduction, kind: str) -> Reduction:
     kinds = set(reduction.kinds) | {kind}
     ordered = tuple(k for k in KINDS if k in kinds)
-    return Reduction(messages=reduction.messages, state=reduction.state, kinds=ordered,
-                     tokens_out=reduction.tokens_out, dropped=reduction.dropped,
-                     reason=reduction.reason)
+    return Reduction(
+        messages=reduction.messages,
+        state=reduction.state,
+        kinds=ordered,
+        tokens_out=reduction.tokens_out,
+        dropped=reduction.dropped,
+        reason=reduction.reason,
+    )
 
 
 async def send(ctx: AppContext, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
@@ -239,22 +268,26 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
     turn, reduction = outcome.turn, outcome.reduction
     answer_hash = message_hash(answer, turn.head)
     parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
-    entries = [ArchiveEntry(h, p, m)
-               for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)]
+    entries = [
+        ArchiveEntry(h, p, m) for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)
+    ]
     entries.append(ArchiveEntry(answer_hash, turn.head, answer))
     evicted = reduction.state.tail_start - turn.working.state.tail_start
-    working = [*turn.working.leading, *turn.working.tail[max(0, evicted):], answer]
+    working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], answer]
     state = {
         "leading": len(turn.working.leading),
         "reduction": conv.state_to_json(reduction.state),
         "answer_hash": answer_hash,
         "stats": conv.accumulate_stats(
-            turn.prior, kinds=reduction.kinds, tokens_in=outcome.tokens_in,
-            tokens_out=reduction.tokens_out, summaries_made=outcome.summaries_made,
-            summarizer_tokens=outcome.summarizer_tokens),
+            turn.prior,
+            kinds=reduction.kinds,
+            tokens_in=outcome.tokens_in,
+            tokens_out=reduction.tokens_out,
+            summaries_made=outcome.summaries_made,
+            summarizer_tokens=outcome.summarizer_tokens,
+        ),
     }
-    snapshot = Snapshot(head=turn.head, position=turn.position, state=state,
-                        created_at=time.time())
+    snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=time.time())
     try:
         await ctx.store.commit(TurnCommit(outcome.key, entries, snapshot, working))
     except StoreError as exc:

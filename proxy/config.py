@@ -41,14 +41,19 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class UpstreamSettings:
-    base_url: str = _doc("The OpenAI-compatible API that requests go to.",
-                         default="https://api.openai.com/v1")
-    timeout_s: float = _doc("Seconds to wait for the upstream to answer (and between "
-                            "streamed chunks) before a 504.", default=600.0)
-    connect_timeout_s: float = _doc("Seconds to establish a connection before a 502.",
-                                    default=10.0)
-    api_key: str = _doc("When set, sent upstream instead of the client's key; then clients "
-                        "must present one of [auth].client_keys.", default="")
+    base_url: str = _doc(
+        "The OpenAI-compatible API that requests go to.", default="https://api.openai.com/v1"
+    )
+    timeout_s: float = _doc(
+        "Seconds to wait for the upstream to answer (and between streamed chunks) before a 504.",
+        default=600.0,
+    )
+    connect_timeout_s: float = _doc("Seconds to establish a connection before a 502.", default=10.0)
+    api_key: str = _doc(
+        "When set, sent upstream instead of the client's key; then clients "
+        "must present one of [auth].client_keys.",
+        default="",
+    )
     max_connections: int = _doc("Size of the pooled upstream connection pool.", default=512)
 
 
@@ -63,28 +68,36 @@ class StoreSettings:
 
 @dataclass(frozen=True)
 class ReductionSettings:
-    strategy: str = _doc("none | messages | tokens | summarize | tiered | filter.",
-                         default="summarize")
-    trigger_ratio: float = _doc("Reduce when the history passes this share of the context "
-                                "window (less reserved output).", default=0.7)
-    keep_recent_ratio: float = _doc("Share of the history budget kept verbatim after a "
-                                    "summary.", default=0.3)
-    target_messages: int = _doc("messages strategy (and summarize by count): messages kept.",
-                                default=20)
-    threshold_messages: int = _doc("Reduce only when target + threshold is exceeded.",
-                                   default=5)
-    summarize_by: str = _doc("What triggers summarize: tokens | messages | both.",
-                             default="tokens")
-    single_summary: bool = _doc("true: re-summarise the old summary with the newly evicted "
-                                "messages; false: layered summaries.", default=True)
-    repair_tool_chains: bool = _doc("Drop orphaned tool results and close unanswered calls "
-                                    "on the way out.", default=True)
-    summarizer_model: str = _doc("Model for summaries; empty: the request's own model.",
-                                 default="")
-    summarizer_base_url: str = _doc("Where summaries are requested; empty: "
-                                    "upstream.base_url.", default="")
-    summarizer_timeout_s: float = _doc("A summary slower than this falls back to a window.",
-                                       default=60.0)
+    strategy: str = _doc(
+        "none | messages | tokens | summarize | tiered | filter.", default="summarize"
+    )
+    trigger_ratio: float = _doc(
+        "Reduce when the history passes this share of the context window (less reserved output).",
+        default=0.7,
+    )
+    keep_recent_ratio: float = _doc(
+        "Share of the history budget kept verbatim after a summary.", default=0.3
+    )
+    target_messages: int = _doc(
+        "messages strategy (and summarize by count): messages kept.", default=20
+    )
+    threshold_messages: int = _doc("Reduce only when target + threshold is exceeded.", default=5)
+    summarize_by: str = _doc("What triggers summarize: tokens | messages | both.", default="tokens")
+    single_summary: bool = _doc(
+        "true: re-summarise the old summary with the newly evicted "
+        "messages; false: layered summaries.",
+        default=True,
+    )
+    repair_tool_chains: bool = _doc(
+        "Drop orphaned tool results and close unanswered calls on the way out.", default=True
+    )
+    summarizer_model: str = _doc("Model for summaries; empty: the request's own model.", default="")
+    summarizer_base_url: str = _doc(
+        "Where summaries are requested; empty: upstream.base_url.", default=""
+    )
+    summarizer_timeout_s: float = _doc(
+        "A summary slower than this falls back to a window.", default=60.0
+    )
     pinned_prefixes: tuple[str, ...] = _doc(
         "filter strategy: messages starting with these are always kept.",
         default=("SYSTEM CONTEXT (JSON):",),
@@ -93,31 +106,35 @@ class ReductionSettings:
 
 @dataclass(frozen=True)
 class RecallSettings:
-    enabled: bool = _doc("Bring back archived messages relevant to the current question.",
-                         default=False)
+    enabled: bool = _doc(
+        "Bring back archived messages relevant to the current question.", default=False
+    )
     k: int = _doc("How many archived messages at most.", default=3)
     method: str = _doc("lexical | embeddings.", default="lexical")
-    embedding_model: str = _doc("Model for embeddings recall.",
-                                default="text-embedding-3-small")
+    embedding_model: str = _doc("Model for embeddings recall.", default="text-embedding-3-small")
     max_tokens: int = _doc("Token cap of the recalled block.", default=2000)
 
 
 @dataclass(frozen=True)
 class ModelsSettings:
-    default_context_tokens: int = _doc("Context window of models missing from the table.",
-                                       default=128_000)
-    windows: Mapping[str, int] = _doc("Per-model context windows, e.g. "
-                                      '"my-local-model" = 32768.', default_factory=dict)
+    default_context_tokens: int = _doc(
+        "Context window of models missing from the table.", default=128_000
+    )
+    windows: Mapping[str, int] = _doc(
+        'Per-model context windows, e.g. "my-local-model" = 32768.', default_factory=dict
+    )
 
 
 @dataclass(frozen=True)
 class AuthSettings:
-    client_keys: tuple[str, ...] = _doc("When set, clients must present one of these keys.",
-                                        default=())
-    admin_token: str = _doc("Enables /admin/* for `Authorization: Bearer <token>`.",
-                            default="")
-    allow_anonymous: bool = _doc("Allow an upstream.api_key without client_keys (an open "
-                                 "relay); only for trusted networks.", default=False)
+    client_keys: tuple[str, ...] = _doc(
+        "When set, clients must present one of these keys.", default=()
+    )
+    admin_token: str = _doc("Enables /admin/* for `Authorization: Bearer <token>`.", default="")
+    allow_anonymous: bool = _doc(
+        "Allow an upstream.api_key without client_keys (an open relay); only for trusted networks.",
+        default=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -246,11 +263,17 @@ def _validate(s: Settings) -> None:
 
     check(0 < s.server.port < 65536, "server.port", "must be between 1 and 65535")
     check(s.server.max_body_bytes > 0, "server.max_body_bytes", "must be positive")
-    check(s.upstream.base_url.startswith(("http://", "https://")), "upstream.base_url",
-          "must be an http:// or https:// URL")
+    check(
+        s.upstream.base_url.startswith(("http://", "https://")),
+        "upstream.base_url",
+        "must be an http:// or https:// URL",
+    )
     check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
-    check(s.store.backend in ("memory", "sqlite", "redis"), "store.backend",
-          "must be memory, sqlite or redis")
+    check(
+        s.store.backend in ("memory", "sqlite", "redis"),
+        "store.backend",
+        "must be memory, sqlite or redis",
+    )
     check(s.store.ttl_s > 0, "store.ttl_s", "must be positive")
     r = s.reduction
     check(r.strategy in STRATEGIES, "reduction.strategy", f"must be one of {STRATEGIES}")
@@ -258,14 +281,22 @@ def _validate(s: Settings) -> None:
     check(0 < r.keep_recent_ratio < 1, "reduction.keep_recent_ratio", "must be within (0, 1)")
     check(r.target_messages >= 1, "reduction.target_messages", "must be at least 1")
     check(r.threshold_messages >= 0, "reduction.threshold_messages", "must be >= 0")
-    check(r.summarize_by in ("tokens", "messages", "both"), "reduction.summarize_by",
-          "must be tokens, messages or both")
-    check(not r.summarizer_base_url or r.summarizer_base_url.startswith(("http://", "https://")),
-          "reduction.summarizer_base_url", "must be an http:// or https:// URL")
-    check(s.recall.method in ("lexical", "embeddings"), "recall.method",
-          "must be lexical or embeddings")
-    check(s.models.default_context_tokens > 0, "models.default_context_tokens",
-          "must be positive")
+    check(
+        r.summarize_by in ("tokens", "messages", "both"),
+        "reduction.summarize_by",
+        "must be tokens, messages or both",
+    )
+    check(
+        not r.summarizer_base_url or r.summarizer_base_url.startswith(("http://", "https://")),
+        "reduction.summarizer_base_url",
+        "must be an http:// or https:// URL",
+    )
+    check(
+        s.recall.method in ("lexical", "embeddings"),
+        "recall.method",
+        "must be lexical or embeddings",
+    )
+    check(s.models.default_context_tokens > 0, "models.default_context_tokens", "must be positive")
     for model, window in s.models.windows.items():
         check(window > 0, f"models.{model}", "must be positive")
     check(

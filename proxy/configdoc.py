@@ -21,7 +21,9 @@ def reference() -> str:
             env = f"{ENV_PREFIX}{section.upper()}_{f.name.upper()}"
             doc = f.metadata.get("doc", "")
             hint = typing.get_type_hints(cls)[f.name]
-            lines.append(f"| `{section}.{f.name}` ({_type(hint)}) | `{default}` | `{env}` | {doc} |")
+            lines.append(
+                f"| `{section}.{f.name}` ({_type(hint)}) | `{default}` | `{env}` | {doc} |"
+            )
     return "\n".join(lines)
 
 

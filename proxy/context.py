@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import httpx
 
 from .config import Settings
+from .models import context_window
 from .reduction.types import Budget, Policy
 from .store import Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
-from .models import context_window
 
 
 class KeyedLocks:

@@ -138,9 +138,7 @@ def reconcile_append(
 ) -> Turn:
     """The client sent only new messages; the stored working history supplies the rest."""
     if not new:
-        raise ProxyError(
-            400, "Append mode needs at least one new message.", param="messages"
-        )
+        raise ProxyError(400, "Append mode needs at least one new message.", param="messages")
     n_leading = int(prior.get("leading", 0))
     leading = tuple(stored_working[:n_leading])
     tail = tuple(stored_working[n_leading:]) + tuple(new)
@@ -162,8 +160,13 @@ def reconcile_append(
 
 
 def accumulate_stats(
-    prior: Mapping[str, Any], *, kinds: Sequence[str], tokens_in: int, tokens_out: int,
-    summaries_made: int, summarizer_tokens: int,
+    prior: Mapping[str, Any],
+    *,
+    kinds: Sequence[str],
+    tokens_in: int,
+    tokens_out: int,
+    summaries_made: int,
+    summarizer_tokens: int,
 ) -> dict[str, Any]:
     """Per-conversation reduction analytics (the cache-aware seed's future enhancement)."""
     old = prior.get("stats") if isinstance(prior.get("stats"), dict) else {}

@@ -63,8 +63,9 @@ def parse_chat(body: bytes) -> dict[str, Any]:
         check_message(message, f"messages[{i}]")
     for key in ("max_tokens", "max_completion_tokens"):
         value = payload.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
             raise ProxyError(400, f"'{key}' must be a non-negative integer.", param=key)
     if "stream" in payload and not isinstance(payload["stream"], bool | None):
         raise ProxyError(400, "'stream' must be a boolean.", param="stream")
@@ -83,18 +84,25 @@ def check_message(message: Any, where: str) -> None:
         )
     content = message.get("content")
     if content is not None and not isinstance(content, str | list):
-        raise ProxyError(400, f"{where}.content must be a string or an array.",
-                         param=f"{where}.content")
+        raise ProxyError(
+            400, f"{where}.content must be a string or an array.", param=f"{where}.content"
+        )
     calls = message.get("tool_calls")
-    if calls is not None:
-        if not isinstance(calls, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("id"), str) for c in calls
-        ):
-            raise ProxyError(400, f"{where}.tool_calls must be an array of calls with ids.",
-                             param=f"{where}.tool_calls")
+    valid_calls = isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("id"), str) for c in calls
+    )
+    if calls is not None and not valid_calls:
+        raise ProxyError(
+            400,
+            f"{where}.tool_calls must be an array of calls with ids.",
+            param=f"{where}.tool_calls",
+        )
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-        raise ProxyError(400, f"{where}.tool_call_id is required for tool messages.",
-                         param=f"{where}.tool_call_id")
+        raise ProxyError(
+            400,
+            f"{where}.tool_call_id is required for tool messages.",
+            param=f"{where}.tool_call_id",
+        )
 
 
 def reserved_output(payload: dict[str, Any]) -> int:

@@ -117,7 +117,7 @@ def last_user_index(messages: Sequence[Message]) -> int:
 
 
 def canonical(message: Message) -> bytes:
-    """Canonical JSON: sorted keys, so equal messages hash equally whatever key order a client uses."""
+    """Sorted keys, so equal messages hash equally whatever key order a client uses."""
     return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
 
 

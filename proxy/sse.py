@@ -76,7 +76,7 @@ class StreamAssembler:
 
     @property
     def complete(self) -> bool:
-        """True when the upstream finished the answer (a finish_reason or `[DONE]`) without error."""
+        """The upstream finished the answer (a finish_reason or `[DONE]`) without an error."""
         return self.error is None and (self.done or self.finish_reason is not None)
 
     def _event(self, data: bytes) -> None:

@@ -40,7 +40,9 @@ class CircuitBreaker:
     """Opens after `threshold` consecutive failures and stays open for `cooldown_s`."""
 
     def __init__(
-        self, threshold: int = 3, cooldown_s: float = 30.0,
+        self,
+        threshold: int = 3,
+        cooldown_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.threshold = threshold
@@ -188,6 +190,9 @@ def _chunks(request: SummaryRequest, max_chars: int) -> list[str]:
         current.append(message)
         size += min(length, max_chars // 2)
     if current or previous:
-        chunks.append(transcript(SummaryRequest("", tuple(current), tuple(previous)),
-                                 limit_chars=max_chars // 2))
+        chunks.append(
+            transcript(
+                SummaryRequest("", tuple(current), tuple(previous)), limit_chars=max_chars // 2
+            )
+        )
     return chunks

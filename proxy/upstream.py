@@ -91,7 +91,7 @@ def transport_error(exc: httpx.HTTPError) -> UpstreamError:
 
 
 def bearer_token(headers: Mapping[str, str]) -> str:
-    """The client's API key: `Authorization: Bearer` as OpenAI SDKs send it, or Azure's `api-key`."""
+    """The client's key: `Authorization: Bearer` as OpenAI SDKs send it, or Azure's `api-key`."""
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()

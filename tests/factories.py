@@ -19,7 +19,9 @@ def user(content: str = "Hello") -> Message:
     return {"role": "user", "content": content}
 
 
-def assistant(content: str | None = "Hi!", *, tool_calls: list[dict[str, Any]] | None = None) -> Message:
+def assistant(
+    content: str | None = "Hi!", *, tool_calls: list[dict[str, Any]] | None = None
+) -> Message:
     message: Message = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls

@@ -1,4 +1,4 @@
-"""The app with an injected respx transport and a memory store: what is forwarded, answered, kept."""
+"""The app with a respx-mocked upstream and a memory store: what is forwarded, answered, kept."""
 
 from __future__ import annotations
 
@@ -43,8 +43,13 @@ def sse(*chunks: dict[str, Any]) -> bytes:
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 class Harness:
@@ -57,11 +62,14 @@ class Harness:
         chat = [c for c in self.router.calls if c.request.url.path.endswith("/chat/completions")]
         return json.loads(chat[i].request.content)
 
-    def chat(self, messages: list[Any], headers: dict[str, str] | None = None,
-             **body: Any) -> httpx.Response:
-        return self.client.post("/v1/chat/completions",
-                                json={"model": "gpt-4o", "messages": messages, **body},
-                                headers={**KEY, **(headers or {})})
+    def chat(
+        self, messages: list[Any], headers: dict[str, str] | None = None, **body: Any
+    ) -> httpx.Response:
+        return self.client.post(
+            "/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": messages, **body},
+            headers={**KEY, **(headers or {})},
+        )
 
 
 class FreshStreams(httpx.AsyncBaseTransport):
@@ -73,8 +81,12 @@ class FreshStreams(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await request.aread()
         mocked = await self.router.async_handler(request)
-        return httpx.Response(mocked.status_code, headers=mocked.headers,
-                              stream=httpx.ByteStream(mocked.content), request=request)
+        return httpx.Response(
+            mocked.status_code,
+            headers=mocked.headers,
+            stream=httpx.ByteStream(mocked.content),
+            request=request,
+        )
 
 
 def make(env: dict[str, str] | None = None) -> Iterator[Harness]:
@@ -93,8 +105,11 @@ def h() -> Iterator[Harness]:
 
 def test_answer_and_body_pass_through_unchanged(h: Harness) -> None:
     h.router.post("/chat/completions").respond(200, json=completion())
-    r = h.chat([system(), user("hi")], temperature=0.2, tools=[{"type": "function",
-                "function": {"name": "f", "parameters": {}}}])
+    r = h.chat(
+        [system(), user("hi")],
+        temperature=0.2,
+        tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    )
     assert r.status_code == 200
     assert r.json() == completion()
     sent = h.forwarded()
@@ -107,8 +122,14 @@ def test_answer_and_body_pass_through_unchanged(h: Harness) -> None:
 
 def test_proxy_headers_never_reach_upstream(h: Harness) -> None:
     h.router.post("/chat/completions").respond(200, json=completion())
-    h.chat([user("hi")], headers={"X-Conversation-Id": "c1", "X-Context-Strategy": "tokens",
-                                  "X-Context-Mode": "full"})
+    h.chat(
+        [user("hi")],
+        headers={
+            "X-Conversation-Id": "c1",
+            "X-Context-Strategy": "tokens",
+            "X-Context-Mode": "full",
+        },
+    )
     sent = h.router.calls.last.request.headers
     assert not [k for k in sent if k.lower().startswith(("x-conversation", "x-context"))]
     assert sent["authorization"] == "Bearer sk-client-one"
@@ -127,7 +148,12 @@ def test_turn_is_stored_and_next_turn_continues_it(h: Harness) -> None:
     assert r2.headers["x-conversation-id"] == conv_id
     archive = asyncio.run(h.store.archive(key))
     assert [a.message["content"] for a in archive] == [
-        system()["content"], "one", "first answer", "two", "first answer"]
+        system()["content"],
+        "one",
+        "first answer",
+        "two",
+        "first answer",
+    ]
 
 
 def test_append_mode_supplies_the_stored_history(h: Harness) -> None:
@@ -146,40 +172,57 @@ def test_append_mode_unknown_conversation_is_404(h: Harness) -> None:
 def test_another_key_never_sees_the_conversation(h: Harness) -> None:
     h.router.post("/chat/completions").respond(200, json=completion("secret"))
     h.chat([user("q1")], headers={"X-Conversation-Id": "shared-id"})
-    r = h.client.post("/v1/chat/completions",
-                      json={"model": "gpt-4o", "messages": [user("q2")]},
-                      headers={"Authorization": "Bearer sk-other", "X-Conversation-Id":
-                               "shared-id", "X-Context-Mode": "append"})
+    r = h.client.post(
+        "/v1/chat/completions",
+        json={"model": "gpt-4o", "messages": [user("q2")]},
+        headers={
+            "Authorization": "Bearer sk-other",
+            "X-Conversation-Id": "shared-id",
+            "X-Context-Mode": "append",
+        },
+    )
     assert r.status_code == 404
 
 
 def test_streamed_tool_call_is_relayed_and_assembled(h: Harness) -> None:
     body = sse(
         chunk({"role": "assistant", "content": None}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                               "function": {"name": "get_weather", "arguments": ""}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
         chunk({}, "tool_calls"),
     )
     h.router.post("/chat/completions").respond(
-        200, content=body, headers={"content-type": "text/event-stream"})
+        200, content=body, headers={"content-type": "text/event-stream"}
+    )
     r = h.chat([user("weather?")], headers={"X-Conversation-Id": "w"}, stream=True)
     assert r.status_code == 200 and r.content == body
     stored = asyncio.run(h.store.latest(ConvKey(tenant_of("sk-client-one"), "w")))
     assert stored is not None
-    assert stored.working[-1] == assistant(None, tool_calls=[
-        call("call_1", "get_weather", '{"city":"Paris"}')])
+    assert stored.working[-1] == assistant(
+        None, tool_calls=[call("call_1", "get_weather", '{"city":"Paris"}')]
+    )
     h.router.post("/chat/completions").respond(200, json=completion("sunny"))
-    h.chat([tool("call_1", "18C")], headers={"X-Conversation-Id": "w",
-                                             "X-Context-Mode": "append"})
+    h.chat([tool("call_1", "18C")], headers={"X-Conversation-Id": "w", "X-Context-Mode": "append"})
     assert [m["role"] for m in h.forwarded()["messages"]] == ["user", "assistant", "tool"]
 
 
 def test_incomplete_stream_commits_nothing(h: Harness) -> None:
     partial = b"data: " + json.dumps(chunk({"content": "par"})).encode() + b"\n\n"
     h.router.post("/chat/completions").respond(
-        200, content=partial, headers={"content-type": "text/event-stream"})
+        200, content=partial, headers={"content-type": "text/event-stream"}
+    )
     h.chat([user("q")], headers={"X-Conversation-Id": "cut"}, stream=True)
     assert asyncio.run(h.store.latest(ConvKey(tenant_of("sk-client-one"), "cut"))) is None
 
@@ -217,8 +260,14 @@ def test_oversize_body_is_413() -> None:
 
 
 def test_upstream_errors_reach_the_client_unchanged(h: Harness) -> None:
-    err = {"error": {"message": "Rate limit", "type": "requests", "param": None,
-                     "code": "rate_limit_exceeded"}}
+    err = {
+        "error": {
+            "message": "Rate limit",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
     h.router.post("/chat/completions").respond(429, json=err, headers={"retry-after": "7"})
     r = h.chat([user("q")], headers={"X-Conversation-Id": "rl"})
     assert r.status_code == 429 and r.headers["retry-after"] == "7" and r.json() == err
@@ -227,8 +276,11 @@ def test_upstream_errors_reach_the_client_unchanged(h: Harness) -> None:
 
 @pytest.mark.parametrize(
     ("exc", "status"),
-    [(httpx.ConnectError("refused"), 502), (httpx.ReadTimeout("slow"), 504),
-     (httpx.ConnectTimeout("slow"), 502)],
+    [
+        (httpx.ConnectError("refused"), 502),
+        (httpx.ReadTimeout("slow"), 504),
+        (httpx.ConnectTimeout("slow"), 502),
+    ],
 )
 def test_transport_failures_map_to_502_and_504(h: Harness, exc: Exception, status: int) -> None:
     h.router.post("/chat/completions").mock(side_effect=exc)
@@ -238,15 +290,19 @@ def test_transport_failures_map_to_502_and_504(h: Harness, exc: Exception, statu
 
 
 def test_other_v1_routes_pass_through(h: Harness) -> None:
-    h.router.get("/models").respond(200, json={"object": "list", "data": []},
-                                    headers={"x-request-id": "r1"})
+    h.router.get("/models").respond(
+        200, json={"object": "list", "data": []}, headers={"x-request-id": "r1"}
+    )
     h.router.post("/embeddings").respond(200, json={"data": [{"embedding": [0.5]}]})
     r = h.client.get("/v1/models?limit=2", headers=KEY)
     assert r.status_code == 200 and r.json() == {"object": "list", "data": []}
     assert r.headers["x-request-id"] == "r1"
     assert h.router.calls.last.request.url.query == b"limit=2"
-    r = h.client.post("/v1/embeddings", json={"model": "e", "input": "hi"},
-                      headers={**KEY, "X-Context-Mode": "append"})
+    r = h.client.post(
+        "/v1/embeddings",
+        json={"model": "e", "input": "hi"},
+        headers={**KEY, "X-Context-Mode": "append"},
+    )
     assert r.json() == {"data": [{"embedding": [0.5]}]}
     sent = h.router.calls.last.request
     assert json.loads(sent.content) == {"model": "e", "input": "hi"}
@@ -254,13 +310,18 @@ def test_other_v1_routes_pass_through(h: Harness) -> None:
 
 
 def test_configured_upstream_key_replaces_the_clients_and_requires_client_keys() -> None:
-    env = {"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-owner",
-           "CONTEXT_PROXY_AUTH_CLIENT_KEYS": "team-key"}
+    env = {
+        "CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-owner",
+        "CONTEXT_PROXY_AUTH_CLIENT_KEYS": "team-key",
+    }
     for h in make(env):
         h.router.post("/chat/completions").respond(200, json=completion())
         assert h.chat([user("q")]).status_code == 401
-        r = h.client.post("/v1/chat/completions", headers={"Authorization": "Bearer team-key"},
-                          json={"model": "gpt-4o", "messages": [user("q")]})
+        r = h.client.post(
+            "/v1/chat/completions",
+            headers={"Authorization": "Bearer team-key"},
+            json={"model": "gpt-4o", "messages": [user("q")]},
+        )
         assert r.status_code == 200
         assert h.router.calls.last.request.headers["authorization"] == "Bearer sk-owner"
 

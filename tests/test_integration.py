@@ -30,29 +30,35 @@ def fake() -> Iterator[tuple[FakeUpstream, str]]:
 
 @contextmanager
 def proxy(upstream_url: str, db: Path, **env: str) -> Iterator[str]:
-    settings = load_settings(env={
-        "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
-        "CONTEXT_PROXY_STORE_PATH": str(db),
-        **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
-    })
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
+            "CONTEXT_PROXY_STORE_PATH": str(db),
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
+        }
+    )
     with run_server(create_app(settings)) as url:
         yield url + "/v1"
 
 
 def client(base_url: str, key: str = "sk-test", **headers: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0,
-                         default_headers=headers or None)
+    return openai.OpenAI(
+        base_url=base_url, api_key=key, max_retries=0, default_headers=headers or None
+    )
 
 
 def test_answers_match_a_direct_call(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
     upstream, direct_url = fake
-    messages: list[Any] = [{"role": "system", "content": "Be brief."},
-                           {"role": "user", "content": "hello there"}]
+    messages: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello there"},
+    ]
     direct = client(direct_url).chat.completions.create(model="gpt-4o", messages=messages)
     with proxy(direct_url, tmp_path / "p.db") as url:
         via = client(url).chat.completions.create(model="gpt-4o", messages=messages)
         raw = client(url).chat.completions.with_raw_response.create(
-            model="gpt-4o", messages=messages)
+            model="gpt-4o", messages=messages
+        )
     assert via.model_dump() == direct.model_dump()
     assert raw.headers["x-context-reduction"] == "none"
     forwarded = upstream.chat_records()[-1]
@@ -64,14 +70,21 @@ def test_answers_match_a_direct_call(fake: tuple[FakeUpstream, str], tmp_path: P
 def test_streaming_is_incremental_and_identical(tmp_path: Path) -> None:
     upstream = create_fake_upstream(chunk_delay_s=0.15)
     with run_server(upstream.app) as raw_url, proxy(raw_url + "/v1", tmp_path / "p.db") as url:
-        direct = [c.model_dump() for c in client(raw_url + "/v1").chat.completions.create(
-            model="gpt-4o", stream=True,
-            messages=[{"role": "user", "content": "one two three four five six"}])]
+        direct = [
+            c.model_dump()
+            for c in client(raw_url + "/v1").chat.completions.create(
+                model="gpt-4o",
+                stream=True,
+                messages=[{"role": "user", "content": "one two three four five six"}],
+            )
+        ]
         arrivals: list[float] = []
         via = []
         for c in client(url).chat.completions.create(
-                model="gpt-4o", stream=True,
-                messages=[{"role": "user", "content": "one two three four five six"}]):
+            model="gpt-4o",
+            stream=True,
+            messages=[{"role": "user", "content": "one two three four five six"}],
+        ):
             arrivals.append(time.monotonic())
             via.append(c.model_dump())
     assert via == direct
@@ -87,8 +100,10 @@ def test_streamed_tool_call_then_append_mode_then_restart(
     with proxy(upstream_url, db) as url:
         app = client(url, **{"X-Conversation-Id": "trip"})
         stream = app.chat.completions.create(
-            model="gpt-4o", stream=True,
-            messages=[{"role": "user", "content": "please call tool get_weather for Paris"}])
+            model="gpt-4o",
+            stream=True,
+            messages=[{"role": "user", "content": "please call tool get_weather for Paris"}],
+        )
         calls: dict[int, dict[str, str]] = {}
         for c in stream:
             for tc in c.choices[0].delta.tool_calls or [] if c.choices else []:
@@ -98,8 +113,9 @@ def test_streamed_tool_call_then_append_mode_then_restart(
         call_id = calls[0]["id"]
         appender = client(url, **{"X-Conversation-Id": "trip", "X-Context-Mode": "append"})
         answer = appender.chat.completions.create(
-            model="gpt-4o", messages=[{"role": "tool", "tool_call_id": call_id,
-                                       "content": "18 degrees"}])
+            model="gpt-4o",
+            messages=[{"role": "tool", "tool_call_id": call_id, "content": "18 degrees"}],
+        )
         assert answer.choices[0].message.content.startswith("Tool said: 18 degrees")
     sent = upstream.last_chat()["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
@@ -108,7 +124,8 @@ def test_streamed_tool_call_then_append_mode_then_restart(
     with proxy(upstream_url, db) as url:  # a restart on the same SQLite file
         appender = client(url, **{"X-Conversation-Id": "trip", "X-Context-Mode": "append"})
         appender.chat.completions.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "and tomorrow?"}])
+            model="gpt-4o", messages=[{"role": "user", "content": "and tomorrow?"}]
+        )
     sent = upstream.last_chat()["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "assistant", "user"]
 
@@ -125,7 +142,8 @@ def test_async_client_full_history_conversation(
         for i in range(4):
             history.append({"role": "user", "content": f"message {i}"})
             raw = await api.chat.completions.with_raw_response.create(
-                model="gpt-4o", messages=history)
+                model="gpt-4o", messages=history
+            )
             history.append(raw.parse().choices[0].message)
             ids.append(raw.headers["x-conversation-id"])
         await api.close()
@@ -137,9 +155,7 @@ def test_async_client_full_history_conversation(
     assert len(upstream.chat_requests()[-1]["messages"]) == 8
 
 
-def test_models_and_embeddings_pass_through(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
-) -> None:
+def test_models_and_embeddings_pass_through(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
     _, upstream_url = fake
     with proxy(upstream_url, tmp_path / "p.db") as url:
         direct, via = client(upstream_url), client(url)
@@ -154,17 +170,20 @@ def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path) -> Non
     with proxy(upstream_url, tmp_path / "p.db") as url:
         api = client(url)
         with pytest.raises(openai.RateLimitError) as rate:
-            api.chat.completions.create(model="error-429",
-                                        messages=[{"role": "user", "content": "x"}])
+            api.chat.completions.create(
+                model="error-429", messages=[{"role": "user", "content": "x"}]
+            )
         assert rate.value.response.headers["retry-after"] == "7"
         with pytest.raises(openai.InternalServerError) as server:
-            api.chat.completions.create(model="error-500",
-                                        messages=[{"role": "user", "content": "x"}])
+            api.chat.completions.create(
+                model="error-500", messages=[{"role": "user", "content": "x"}]
+            )
         assert server.value.status_code == 500
     with proxy("http://127.0.0.1:9/v1", tmp_path / "q.db") as url:
         with pytest.raises(openai.APIStatusError) as down:
-            client(url).chat.completions.create(model="gpt-4o",
-                                                messages=[{"role": "user", "content": "x"}])
+            client(url).chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "x"}]
+            )
         assert down.value.status_code == 502
 
 
@@ -172,11 +191,17 @@ def test_tenants_are_isolated(fake: tuple[FakeUpstream, str], tmp_path: Path) ->
     upstream, upstream_url = fake
     with proxy(upstream_url, tmp_path / "p.db") as url:
         client(url, "sk-alice", **{"X-Conversation-Id": "same"}).chat.completions.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "alice's secret"}])
-        mallory = client(url, "sk-mallory",
-                         **{"X-Conversation-Id": "same", "X-Context-Mode": "append"})
+            model="gpt-4o", messages=[{"role": "user", "content": "alice's secret"}]
+        )
+        mallory = client(
+            url, "sk-mallory", **{"X-Conversation-Id": "same", "X-Context-Mode": "append"}
+        )
         with pytest.raises(openai.NotFoundError):
             mallory.chat.completions.create(
-                model="gpt-4o", messages=[{"role": "user", "content": "what did alice say?"}])
-    assert all("alice's secret" not in str(r.body) for r in upstream.chat_records()
-               if r.headers["authorization"] == "Bearer sk-mallory")
+                model="gpt-4o", messages=[{"role": "user", "content": "what did alice say?"}]
+            )
+    assert all(
+        "alice's secret" not in str(r.body)
+        for r in upstream.chat_records()
+        if r.headers["authorization"] == "Bearer sk-mallory"
+    )

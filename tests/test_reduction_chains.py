@@ -51,7 +51,11 @@ def test_a_result_separated_from_its_call_is_an_orphan() -> None:
     messages = [assistant(None, tool_calls=[call("a")]), user(), tool("a")]
     units = group(messages, REPAIR_PASSES)
     assert [u.size for u in units] == [1, 1, 1]
-    assert flatten(units) == [messages[0], tool("a", PLACEHOLDER) | {"content": PLACEHOLDER}, user()]
+    assert flatten(units) == [
+        messages[0],
+        tool("a", PLACEHOLDER) | {"content": PLACEHOLDER},
+        user(),
+    ]
 
 
 def test_truncation_keeps_start_and_end_around_the_marker() -> None:

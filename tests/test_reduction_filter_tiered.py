@@ -34,7 +34,7 @@ def test_filter_prefers_the_newest_segment_with_tool_calls() -> None:
 
 
 def test_long_conversation_under_pressure_keeps_one_segment() -> None:
-    tail = tuple(m for n in range(7) for m in segment(n, tools=n == 2)) + (user("now"),)
+    tail = (*(m for n in range(7) for m in segment(n, tools=n == 2)), user("now"))
     relaxed = reduce(Working((), tail), FILTER, BIG, count)
     assert relaxed.messages == (*segment(2, tools=True), *segment(6), user("now"))
     tight = Budget(int(sum(count(m) for m in tail) / 0.7) - 10)
@@ -70,7 +70,7 @@ def tiered_run(working: Working, budget: Budget) -> tuple[Reduction, Reduction]:
 
 
 def test_historical_topic_is_compressed_keeping_first_and_last_message() -> None:
-    old = [user("topic one"), *[(assistant if i % 2 else user)("w" * 400) for i in range(1, 12)]]
+    old = [user("topic one"), *[assistant(f"{i} " + "w" * 400) for i in range(1, 12)]]
     tail = (*old, user("current"))
     budget = Budget(3000)
     first, done = tiered_run(Working((), tail), budget)
@@ -88,12 +88,12 @@ def test_historical_topic_is_compressed_keeping_first_and_last_message() -> None
 
 
 def test_topics_beyond_three_become_bulks_in_the_summary_message() -> None:
-    tail = tuple(m for n in range(5) for m in segment(n)) + (user("now"),)
+    tail = (*(m for n in range(5) for m in segment(n)), user("now"))
     first, done = tiered_run(Working((system(),), tail), BIG)
-    assert len(first.summary_requests) == 2 and first.dropped == 6
-    assert done.state.summaries == (SummaryBlock("S3/0", 3), SummaryBlock("S3/0", 6))
-    assert role(done.messages[1]) == "system" and "S3/0" in done.messages[1]["content"]
-    assert done.messages[2:] == tail[6:]
+    assert len(first.summary_requests) == 2 and first.dropped == 4
+    assert done.state.summaries == (SummaryBlock("S2/0", 2), SummaryBlock("S2/0", 4))
+    assert role(done.messages[1]) == "system" and "S2/0" in done.messages[1]["content"]
+    assert done.messages[2:] == tail[4:]
 
 
 def test_bulks_are_merged_three_at_a_time_then_dropped() -> None:

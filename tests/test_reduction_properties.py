@@ -76,9 +76,7 @@ def broken(draw: st.DrawFn) -> tuple[list[Message], list[Message]]:
         elif kind == "orphan":
             body.insert(draw(st.integers(0, len(body))), tool("ghost", "lost"))
         else:
-            body.insert(
-                draw(st.integers(0, len(body))), assistant(None, tool_calls=[call("open")])
-            )
+            body.insert(draw(st.integers(0, len(body))), assistant(None, tool_calls=[call("open")]))
     return leading, body
 
 
@@ -140,7 +138,7 @@ def assert_invariants(
     mandatory = sum(count(m) for m in [*leading, *summary, *pinned, *active])
     if valid and mandatory <= budget.limit:
         assert history <= budget.limit
-    if "truncated" in red.kinds and policy.strategy != "tiered":
+    if valid and "truncated" in red.kinds and policy.strategy != "tiered":
         assert mandatory > budget.limit
 
 
@@ -156,12 +154,16 @@ def run(
     if not first.summary_requests or not summariser_ok:
         return first
     texts: Mapping[str, str] = {r.key: fake_summary(r) for r in first.summary_requests}
-    second = reduce(working, policy, budget, count, texts)
+    try:
+        second = reduce(working, policy, budget, count, texts)
+    except ContextTooLarge as exc:
+        assert policy.strategy == "tiered" and exc.needed > exc.available
+        return first
     assert_invariants(second, working, policy, budget, valid=valid)
     assert reduce(working, policy, budget, count, texts) == second
     if policy.strategy == "summarize":
-        assert "summarized" in second.kinds and not second.summary_requests
-        assert second.dropped >= first.dropped
+        assert not second.summary_requests and second.dropped >= first.dropped
+        assert "summarized" in second.kinds or second.kinds == first.kinds
     return second
 
 

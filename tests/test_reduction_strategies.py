@@ -48,7 +48,10 @@ def test_none_forwards_everything_and_only_repairs() -> None:
 
 
 def test_messages_window_waits_for_the_threshold_then_cuts_to_target() -> None:
-    policy, budget = Policy(strategy="messages"), Budget(10**6, target_messages=6, threshold_messages=2)
+    policy, budget = (
+        Policy(strategy="messages"),
+        Budget(10**6, target_messages=6, threshold_messages=2),
+    )
     under = reduce(Working((), tuple(numbered(8))), policy, budget, count)
     assert under.kinds == ("none",) and under.dropped == 0
     over = reduce(Working((system(),), tuple(numbered(9))), policy, budget, count)

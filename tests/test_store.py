@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
 import sqlite3
-import subprocess
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,31 +51,6 @@ Factory = Callable[..., Store]
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """A throwaway redis-server on a free port, or a skip where none is installed."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    server = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        for _ in range(100):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.1):
-                    break
-            except OSError:
-                time.sleep(0.05)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])

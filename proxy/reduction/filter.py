@@ -31,8 +31,8 @@ from .types import Reduction
 def reduce_filter(ctx: Context) -> Reduction:
     units = ctx.units
     starts = [s for s in segment_starts(units) if s < ctx.active] if units else []
-    bounds = list(zip(starts, [*starts[1:], ctx.active], strict=True))
-    completed = [range(a, b) for a, b in bounds]
+    ends = [*starts[1:], ctx.active] if starts else []
+    completed = [range(a, b) for a, b in zip(starts, ends, strict=True)]
     total = ctx.tokens(ctx.head(ctx.state.summaries)) + sum(ctx.sizes)
     n = len(completed)
 

@@ -20,13 +20,17 @@ every turn.
 
 Without the summary text the result is a plain window (old blocks, which
 still describe what precedes them, plus the kept tail) and carries the
-request; called again with the text, the same decision yields the summary.
+request; called again with the text, the same decision yields the summary
+(or, when the summary itself cannot fit the hard limit, the same window
+without a request, so a working answer never turns into an error).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from .layout import Context, finish, keep_messages_drop, keep_tokens_drop, summary_key
-from .types import Reduction, SummaryBlock, SummaryRequest
+from .types import ContextTooLarge, Reduction, SummaryBlock, SummaryRequest
 
 
 def reduce_summarize(ctx: Context) -> Reduction:
@@ -55,17 +59,15 @@ def reduce_summarize(ctx: Context) -> Reduction:
     why = f"{len(evicted)} messages evicted ({'tokens' if by_tokens else 'messages'} trigger)"
     text = ctx.summaries.get(key)
     kept = range(drop, len(ctx.units))
+    request = SummaryRequest(key, evicted, previous)
+    window = partial(finish, ctx, blocks=blocks, kinds=reused | {"windowed"}, selected=kept)
     if text is None:
-        return finish(
-            ctx,
-            blocks=blocks,
-            kinds=reused | {"windowed"},
-            selected=kept,
-            requests=(SummaryRequest(key, evicted, previous),),
-            reason=why + ", summary requested",
-        )
+        return window(requests=(request,), reason=why + ", summary requested")
     block = SummaryBlock(text, covers)
     new_blocks = (block,) if policy.single_summary else (*blocks, block)
-    return finish(
-        ctx, blocks=new_blocks, kinds={"summarized"}, selected=kept, reason=why + ", summarised"
-    )
+    try:
+        return finish(
+            ctx, blocks=new_blocks, kinds={"summarized"}, selected=kept, reason=why + ", summarised"
+        )
+    except ContextTooLarge:
+        return window(reason=why + ", but the summary itself does not fit")

@@ -1,0 +1,203 @@
+"""Issue 3's checks through the real server: 300 turns with tool rounds on a small window.
+
+An app built on the official `openai` client talks to the proxy in front of a
+fake upstream that validates tool chains the way OpenAI does. Every forwarded
+request is checked against design.md's invariants.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.messages import split_leading
+from proxy.tokens import TokenCounter
+
+from .fake_upstream import FakeUpstream, create_fake_upstream
+from .servers import run_server
+
+pytestmark = pytest.mark.integration
+
+MODEL = "tiny-window"
+WINDOW = 4000
+TRIGGER = 0.7
+SYSTEM = {"role": "system", "content": "You are a travel assistant. Keep answers short."}
+
+
+def summary_of(body: dict[str, Any]) -> str:
+    text = body["messages"][-1]["content"]
+    first = re.search(r"user: (.{0,40})", text)
+    return f"SUMMARY(first user: {first.group(1) if first else '-'})"
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeUpstream, str]]:
+    upstream = create_fake_upstream(summary_text=summary_of)
+    with run_server(upstream.app) as url:
+        yield upstream, url + "/v1"
+
+
+def start_proxy(upstream_url: str, db: Path, strategy: str) -> Any:
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
+            "CONTEXT_PROXY_STORE_PATH": str(db),
+            "CONTEXT_PROXY_REDUCTION_STRATEGY": strategy,
+            "CONTEXT_PROXY_REDUCTION_TRIGGER_RATIO": str(TRIGGER),
+            "CONTEXT_PROXY_REDUCTION_TARGET_MESSAGES": "40",
+            "CONTEXT_PROXY_REDUCTION_THRESHOLD_MESSAGES": "20",
+        },
+        overrides={"models": {"windows": {MODEL: WINDOW}}},
+    )
+    return run_server(create_app(settings))
+
+
+class App:
+    """A chat app as people write them: it keeps `history` and resends it (or only new turns)."""
+
+    def __init__(self, url: str, append: bool) -> None:
+        headers = {"X-Conversation-Id": "trip"}
+        if append:
+            headers["X-Context-Mode"] = "append"
+        self.first = openai.OpenAI(
+            base_url=url,
+            api_key="sk-e2e",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "trip"},
+        )
+        self.api = openai.OpenAI(
+            base_url=url, api_key="sk-e2e", max_retries=0, default_headers=headers
+        )
+        self.append = append
+        self.history: list[Any] = [SYSTEM]
+        self.sent_from = 0
+        self.kinds: list[str] = []
+
+    def send(self, *new: Any) -> Any:
+        self.history.extend(new)
+        first_turn = self.sent_from == 0
+        messages = (
+            self.history[self.sent_from :] if self.append and not first_turn else self.history
+        )
+        api = self.first if first_turn else self.api
+        raw = api.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
+        self.kinds.append(raw.headers["x-context-reduction"])
+        message = raw.parse().choices[0].message
+        self.history.append(message)
+        self.sent_from = len(self.history)
+        return message
+
+    def turn(self, i: int) -> None:
+        if i % 5 == 3:
+            reply = self.send(
+                {
+                    "role": "user",
+                    "content": f"Turn {i}: please call tool "
+                    f"lookup for city number {i} and its museums",
+                }
+            )
+            call = reply.tool_calls[0]
+            self.send(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "content": f"City {i} has {i % 7 + 2} museums and a river walk.",
+                }
+            )
+        else:
+            self.send(
+                {
+                    "role": "user",
+                    "content": f"Turn {i}: tell me about day {i} of the "
+                    f"trip, budget {i * 10} euros, hotel number {i % 13}.",
+                }
+            )
+
+
+def check_invariants(forwarded: list[dict[str, Any]], counter: TokenCounter) -> None:
+    leading, body = split_leading(forwarded)
+    assert leading[0] == SYSTEM
+    tokens = counter.count_messages(MODEL, forwarded) - 3
+    assert tokens <= TRIGGER * WINDOW, f"{tokens} tokens forwarded"
+    summaries = [m for m in leading[1:]]
+    assert len(summaries) <= 1
+    assert body and body[-1]["role"] in ("user", "tool")
+
+
+def prefix_share(requests: list[list[dict[str, Any]]]) -> float:
+    pairs = list(itertools.pairwise(requests))
+    hits = sum(1 for a, b in pairs if b[: len(a)] == a)
+    return hits / len(pairs)
+
+
+STRATEGIES = ["summarize", "tokens", "messages", "filter", "tiered"]
+
+
+@pytest.mark.parametrize("append", [False, True], ids=["full", "append"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_300_turns_keep_every_invariant(
+    fake: tuple[FakeUpstream, str], tmp_path: Path, strategy: str, append: bool
+) -> None:
+    upstream, upstream_url = fake
+    counter = TokenCounter()
+    with start_proxy(upstream_url, tmp_path / "p.db", strategy) as url:
+        app = App(url + "/v1", append)
+        for i in range(300):
+            app.turn(i)
+    forwarded = [r["messages"] for r in upstream.chat_requests()]
+    for request in forwarded:
+        check_invariants(request, counter)
+    turns = 300
+    assert len(upstream.summary_requests()) <= 0.15 * turns
+    if strategy in ("summarize", "tokens", "messages"):
+        assert prefix_share(forwarded) >= 0.85, prefix_share(forwarded)
+    assert "fallback" not in ",".join(app.kinds)
+
+
+def test_edit_of_a_summarised_message_never_forwards_the_stale_summary(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", "summarize") as url:
+        app = App(url + "/v1", append=False)
+        for i in range(150):
+            app.turn(i)
+        stale = [
+            m["content"]
+            for r in upstream.chat_requests()
+            for m in r["messages"][1:2]
+            if m["role"] == "system"
+        ]
+        assert stale, "the conversation should have been summarised by turn 150"
+        app.history[1] = {"role": "user", "content": "EDITED opening: I now travel by train."}
+        app.turn(150)
+    last = upstream.chat_requests()[-1]["messages"]
+    summaries = [m["content"] for m in last[1:] if m["role"] == "system"]
+    for text in summaries:
+        assert "EDITED opening" in text
+    assert all(text not in stale for text in summaries)
+
+
+def test_summariser_down_never_fails_a_request(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    upstream.summarizer_down = True
+    counter = TokenCounter()
+    with start_proxy(upstream_url, tmp_path / "p.db", "summarize") as url:
+        app = App(url + "/v1", append=False)
+        for i in range(120):
+            app.turn(i)
+    assert any("fallback" in k for k in app.kinds)
+    # After three failures in a row the circuit breaker stops trying for 30 s.
+    assert 1 <= len(upstream.summary_requests()) <= 3
+    for request in upstream.chat_requests():
+        check_invariants(request["messages"], counter)
