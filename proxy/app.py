@@ -10,8 +10,10 @@ from typing import Any
 
 import httpx
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -22,6 +24,7 @@ from .context import AppContext
 from .conversation import tenant_of
 from .errors import ProxyError, error_body
 from .intake import too_large
+from .metrics import Metrics, RequestMetrics
 from .models import context_window
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import Summarizer
@@ -69,13 +72,20 @@ def create_app(
             timeout_s=r.summarizer_timeout_s,
             window_tokens=window,
         )
-        ctx = AppContext(settings, client, the_store, counter or TokenCounter(), summarizer)
+        ctx = AppContext(
+            settings, client, the_store, counter or TokenCounter(), summarizer, metrics
+        )
         try:
             yield {"ctx": ctx}
         finally:
             await client.aclose()
             if store is None:
                 await the_store.close()
+
+    metrics = Metrics()
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
@@ -85,12 +95,14 @@ def create_app(
             methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
         ),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/admin/conversations", admin_list, methods=["GET"]),
         Route("/admin/conversations/{id}", admin_conversation, methods=["GET", "DELETE"]),
     ]
     return Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=[Middleware(RequestMetrics, metrics=metrics)],
         exception_handlers={ProxyError: proxy_error, Exception: unexpected_error},
     )
 

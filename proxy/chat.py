@@ -9,6 +9,7 @@ leaves nothing half-written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 import time
@@ -24,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from . import conversation as conv
 from .context import AppContext
 from .errors import ProxyError
-from .intake import as_messages, parse_chat, read_body, reserved_output
+from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
 from .messages import Message, chain_hashes, message_hash
 from .reduction import reduce
 from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction
@@ -40,6 +41,7 @@ from .upstream import (
 )
 
 log = logging.getLogger("context_proxy.chat")
+access = logging.getLogger("context_proxy.access")
 
 
 @dataclass
@@ -65,6 +67,8 @@ class Outcome:
 
 async def chat_completions(request: Request) -> Response:
     ctx: AppContext = request.state.ctx
+    started = time.perf_counter()
+    check_content_type(request.headers.get("content-type"))
     body = await read_body(request, ctx.settings.server.max_body_bytes)
     payload = parse_chat(body)
     api_key = authorize(ctx, request)
@@ -94,11 +98,15 @@ async def chat_completions(request: Request) -> Response:
         outcome = await prepare(ctx, key, payload, messages, mode, strategy, headers)
         forwarded = {**payload, "messages": list(outcome.reduction.messages)}
         response = await send(ctx, forwarded, headers)
+        ctx.metrics.upstream_latency.labels("/v1/chat/completions").observe(
+            time.perf_counter() - started
+        )
     except BaseException:
         if lock is not None:
             lock.release()
         raise
     release = lock.release if lock is not None else _noop
+    access_log(outcome, mode, strategy, response.status_code, started)
     if payload.get("stream") and response.status_code == 200:
         return StreamingResponse(
             relay(ctx, response, outcome, release),
@@ -126,6 +134,31 @@ async def chat_completions(request: Request) -> Response:
     )
 
 
+def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
+    """One line per request: ids, reduction and sizes, never content or keys."""
+    access.info(
+        "chat conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
+        "upstream_status=%d ms=%.1f",
+        outcome.key.conversation,
+        mode,
+        strategy,
+        ",".join(outcome.reduction.kinds),
+        outcome.tokens_in,
+        outcome.reduction.tokens_out,
+        status,
+        (time.perf_counter() - started) * 1000,
+        extra={
+            "conversation": outcome.key.conversation,
+            "mode": mode,
+            "strategy": strategy,
+            "reduction": list(outcome.reduction.kinds),
+            "tokens_in": outcome.tokens_in,
+            "tokens_out": outcome.reduction.tokens_out,
+            "upstream_status": status,
+        },
+    )
+
+
 def authorize(ctx: AppContext, request: Request) -> str:
     api_key = bearer_token(request.headers)
     keys = ctx.settings.auth.client_keys
@@ -148,6 +181,7 @@ async def prepare(
         try:
             stored = await ctx.store.latest(key)
         except StoreError:
+            ctx.metrics.store_errors.labels("latest").inc()
             raise ProxyError(
                 503,
                 "The conversation store is unreachable; append mode cannot supply the history.",
@@ -168,6 +202,7 @@ async def prepare(
         try:
             snapshot = await ctx.store.find_snapshot(key, hashes)
         except StoreError:
+            ctx.metrics.store_errors.labels("find_snapshot").inc()
             log.warning("store unreachable; reducing %s without stored state", key.conversation)
             snapshot, stateless = None, True
         turn = conv.reconcile_full(
@@ -177,10 +212,32 @@ async def prepare(
             snapshot.state if snapshot else None,
         )
     model = str(payload["model"])
-    count = ctx.counter.for_model(model)
     tokens_in = ctx.counter.count_messages(model, turn.history)
+    made = spent = 0
     if strategy == "none":
-        return Outcome(key, turn, _unreduced(turn, tokens_in), tokens_in, 0, 0, stateless)
+        reduction = _unreduced(turn, tokens_in)
+    else:
+        reduction, made, spent = await _reduce(ctx, turn, payload, strategy, headers)
+    if stateless:
+        reduction = _with_kind(reduction, "stateless")
+    ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
+    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless)
+
+
+async def _reduce(
+    ctx: AppContext,
+    turn: conv.Turn,
+    payload: dict[str, Any],
+    strategy: str,
+    headers: dict[str, str],
+) -> tuple[Reduction, int, int]:
+    """Reduce; when the core asks for summaries, produce them and reduce again.
+
+    A failing summariser costs this turn its summary, never the request: the
+    window result the core prepared alongside its requests is forwarded.
+    """
+    model = str(payload["model"])
+    count = ctx.counter.for_model(model)
     policy = ctx.policy(strategy)
     budget = ctx.budget(model, reserved_output(payload))
     try:
@@ -201,13 +258,13 @@ async def prepare(
                 texts[req.key] = result.text
                 spent += result.tokens
             made = len(results)
+            ctx.metrics.summaries_made.inc(made)
             reduction = reduce(turn.working, policy, budget, count, texts)
         except SummarizerUnavailable as exc:
+            ctx.metrics.summarizer_failures.inc()
             log.warning("summarizer failed (%s); forwarding a window reduction", exc)
             reduction = _with_kind(reduction, "fallback")
-    if stateless:
-        reduction = _with_kind(reduction, "fallback")
-    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless)
+    return reduction, made, spent
 
 
 def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:
@@ -218,14 +275,8 @@ def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:
 
 def _with_kind(reduction: Reduction, kind: str) -> Reduction:
     kinds = set(reduction.kinds) | {kind}
-    ordered = tuple(k for k in KINDS if k in kinds)
-    return Reduction(
-        messages=reduction.messages,
-        state=reduction.state,
-        kinds=ordered,
-        tokens_out=reduction.tokens_out,
-        dropped=reduction.dropped,
-        reason=reduction.reason,
+    return dataclasses.replace(
+        reduction, kinds=tuple(k for k in KINDS if k in kinds), summary_requests=()
     )
 
 
@@ -248,6 +299,7 @@ async def relay(
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
     assembler = StreamAssembler()
+    ctx.metrics.active_streams.inc()
     try:
         async for chunk in response.aiter_raw():
             assembler.feed(chunk)
@@ -260,6 +312,7 @@ async def relay(
         err = transport_error(exc)
         yield b"data: " + err.body() + b"\n\n"
     finally:
+        ctx.metrics.active_streams.dec()
         await response.aclose()
         release()
 
@@ -291,6 +344,7 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
     try:
         await ctx.store.commit(TurnCommit(outcome.key, entries, snapshot, working))
     except StoreError as exc:
+        ctx.metrics.store_errors.labels("commit").inc()
         log.error("could not store turn of %s: %s", outcome.key.conversation, exc)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from .config import Settings
+from .metrics import Metrics
 from .models import context_window
 from .reduction.types import Budget, Policy
 from .store import Store
@@ -44,6 +45,7 @@ class AppContext:
     store: Store
     counter: TokenCounter
     summarizer: Summarizer
+    metrics: Metrics
     locks: KeyedLocks = field(default_factory=KeyedLocks)
 
     def policy(self, strategy: str) -> Policy:

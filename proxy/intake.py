@@ -117,3 +117,16 @@ def reserved_output(payload: dict[str, Any]) -> int:
 def as_messages(payload: dict[str, Any]) -> list[Message]:
     messages: list[Message] = payload["messages"]
     return messages
+
+
+def check_content_type(value: str | None) -> None:
+    """JSON or nothing: a form post (curl -d without a header) would be misread otherwise."""
+    if value is None:
+        return
+    media = value.split(";", 1)[0].strip().lower()
+    if media and media != "application/json" and not media.endswith("+json"):
+        raise ProxyError(
+            415,
+            f"Content-Type must be application/json, not {media!r}.",
+            code="unsupported_media_type",
+        )

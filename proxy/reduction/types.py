@@ -30,6 +30,7 @@ KINDS = (
     "truncated",
     "fallback",
     "repaired",
+    "stateless",
 )
 
 

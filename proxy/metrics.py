@@ -1,0 +1,112 @@
+"""Prometheus metrics, in a registry of the app's own (never the process-global one).
+
+A registry per app lets tests build many apps in one process and lets an
+embedding application keep its own metrics apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "context_proxy_requests", "HTTP requests answered.", ["route", "status"], registry=r
+        )
+        self.upstream_latency = Histogram(
+            "context_proxy_upstream_latency_seconds",
+            "Time until the upstream's response headers arrived.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens_in = Counter(
+            "context_proxy_tokens_in",
+            "History tokens clients sent (or append mode supplied).",
+            registry=r,
+        )
+        self.tokens_out = Counter(
+            "context_proxy_tokens_out", "History tokens forwarded.", registry=r
+        )
+        self.reductions = Counter(
+            "context_proxy_reductions", "Chat turns by reduction kind.", ["kind"], registry=r
+        )
+        self.summaries_made = Counter(
+            "context_proxy_summaries_made", "Summaries produced by the summariser.", registry=r
+        )
+        self.summaries_reused = Counter(
+            "context_proxy_summaries_reused", "Turns that forwarded a stored summary.", registry=r
+        )
+        self.summarizer_failures = Counter(
+            "context_proxy_summarizer_failures",
+            "Summariser calls that failed or were skipped.",
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "context_proxy_store_errors", "Store operations that failed.", ["operation"], registry=r
+        )
+        self.active_streams = Gauge(
+            "context_proxy_active_streams", "Streamed answers being relayed now.", registry=r
+        )
+        self.recall_hits = Counter(
+            "context_proxy_recall_hits", "Archived messages brought back by recall.", registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def turn(self, kinds: Iterable[str], tokens_in: int, tokens_out: int) -> None:
+        for kind in kinds:
+            self.reductions.labels(kind).inc()
+            if kind == "reused":
+                self.summaries_reused.inc()
+        self.tokens_in.inc(tokens_in)
+        self.tokens_out.inc(tokens_out)
+
+
+class RequestMetrics:
+    """Pure ASGI middleware counting answered requests by route template and status.
+
+    Pure ASGI rather than BaseHTTPMiddleware, which would buffer streamed
+    answers and break context variables.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.requests.labels(route_of(scope["path"]), str(status or 499)).inc()
+
+
+def route_of(path: str) -> str:
+    """A bounded label: concrete paths would make one time series per conversation id."""
+    if path == "/v1/chat/completions":
+        return path
+    if path.startswith("/v1/"):
+        return "/v1/" + path[4:].split("/", 1)[0]
+    if path.startswith("/admin/"):
+        return "/admin"
+    return path if path in ("/healthz", "/metrics") else "other"

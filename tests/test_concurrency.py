@@ -1,0 +1,218 @@
+"""Concurrency, replicas and crashes, with real servers, a real redis-server and kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.conversation import tenant_of
+from proxy.store import ConvKey, open_store
+
+from .fake_upstream import FakeUpstream, create_fake_upstream
+from .servers import free_port, run_server
+
+pytestmark = pytest.mark.integration
+ADMIN = "admin-token-for-tests"
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeUpstream, str]]:
+    upstream = create_fake_upstream()
+    with run_server(upstream.app) as url:
+        yield upstream, url + "/v1"
+
+
+@contextmanager
+def proxy(upstream_url: str, **env: str) -> Iterator[str]:
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
+            "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": ADMIN,
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
+        }
+    )
+    with run_server(create_app(settings)) as url:
+        yield url
+
+
+def test_simultaneous_append_turns_are_all_kept(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    _, upstream_url = fake
+
+    async def run(url: str) -> dict[str, Any]:
+        api = openai.AsyncOpenAI(
+            base_url=url + "/v1",
+            api_key="sk-c",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "busy"},
+        )
+        await api.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "opening"}]
+        )
+        append = api.with_options(
+            default_headers={"X-Conversation-Id": "busy", "X-Context-Mode": "append"}
+        )
+        await asyncio.gather(
+            *(
+                append.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": f"parallel {i}"}]
+                )
+                for i in range(30)
+            )
+        )
+        await api.close()
+        async with httpx.AsyncClient() as http:
+            r = await http.get(
+                f"{url}/admin/conversations/busy",
+                params={"tenant": tenant_of("sk-c")},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            )
+            return dict(r.json())
+
+    with proxy(upstream_url, store_path=str(tmp_path / "p.db")) as url:
+        conversation = asyncio.run(run(url))
+    texts = [m.get("content") for m in conversation["archive"] if m["role"] == "user"]
+    assert sorted(texts) == sorted(["opening", *[f"parallel {i}" for i in range(30)]])
+    assert len(conversation["archive"]) == 62  # 31 questions and 31 answers
+    assert len(conversation["working"]) == 62
+
+
+def test_two_replicas_on_one_redis_alternate_turns(
+    fake: tuple[FakeUpstream, str], redis_url: str
+) -> None:
+    upstream, upstream_url = fake
+    env = {"store_backend": "redis", "store_url": redis_url}
+    with proxy(upstream_url, **env) as a, proxy(upstream_url, **env) as b:
+        replicas = [
+            openai.OpenAI(
+                base_url=u + "/v1",
+                api_key="sk-r",
+                max_retries=0,
+                default_headers={"X-Conversation-Id": "shared", "X-Context-Mode": "append"},
+            )
+            for u in (a, b)
+        ]
+        openai.OpenAI(
+            base_url=a + "/v1",
+            api_key="sk-r",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "shared"},
+        ).chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "turn 0"}])
+        for i in range(1, 40):
+            replicas[i % 2].chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": f"turn {i}"}]
+            )
+            sent = upstream.last_chat()["messages"]
+            assert [m["content"] for m in sent if m["role"] == "user"] == [
+                f"turn {j}" for j in range(i + 1)
+            ]
+            assert len(sent) == 2 * i + 1
+
+
+def _start_subprocess_proxy(upstream_url: str, db: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
+        "CONTEXT_PROXY_STORE_PATH": str(db),
+        "CONTEXT_PROXY_SERVER_PORT": str(port),
+        "CONTEXT_PROXY_SERVER_LOG_LEVEL": "warning",
+    }
+    process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError("proxy did not start")
+
+
+def test_kill_9_during_load_loses_no_completed_turn(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    upstream.slow_s = 0.02
+    db, port = tmp_path / "crash.db", free_port()
+    process = _start_subprocess_proxy(upstream_url, db, port)
+    completed: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def converse(n: int) -> None:
+        api = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-k", max_retries=0, timeout=10
+        )
+        history: list[Any] = [{"role": "user", "content": f"conversation {n} turn 0"}]
+        for turn in range(1000):
+            if stop.is_set():
+                return
+            try:
+                reply = api.chat.completions.create(
+                    model="gpt-4o", messages=history, extra_headers={"X-Conversation-Id": f"c{n}"}
+                )
+            except openai.APIError:
+                return
+            with lock:
+                completed.append((f"c{n}", history[-1]["content"]))
+            history += [
+                {"role": "assistant", "content": reply.choices[0].message.content},
+                {"role": "user", "content": f"conversation {n} turn {turn + 1}"},
+            ]
+
+    threads = [threading.Thread(target=converse, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(completed) < 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    stop.set()
+    for t in threads:
+        t.join(timeout=15)
+    assert len(completed) >= 100
+
+    restarted = _start_subprocess_proxy(upstream_url, db, port)
+    try:
+        # It serves at once, and every completed turn is in the archive.
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            timeout=10,
+            headers={"Authorization": "Bearer sk-k"},
+            json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert r.status_code == 200
+    finally:
+        restarted.terminate()
+        restarted.wait(timeout=10)
+
+    async def archived() -> set[tuple[str, str]]:
+        store = open_store("sqlite", path=str(db))
+        found: set[tuple[str, str]] = set()
+        for n in range(20):
+            for a in await store.archive(ConvKey(tenant_of("sk-k"), f"c{n}"), limit=10_000):
+                if a.message["role"] == "user":
+                    found.add((f"c{n}", a.message["content"]))
+        await store.close()
+        return found
+
+    missing = set(completed) - asyncio.run(archived())
+    assert not missing, f"{len(missing)} completed turns lost"
