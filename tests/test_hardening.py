@@ -19,8 +19,8 @@ from proxy.config import load_settings
 from proxy.conversation import tenant_of
 from proxy.store import ConvKey, MemoryStore, StoreError
 
-from .fake_upstream import create_fake_upstream
 from .factories import user
+from .fake_upstream import create_fake_upstream
 
 KEY = "sk-hardening-secret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

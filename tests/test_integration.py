@@ -9,11 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.conversation import tenant_of
 
 from .fake_upstream import FakeUpstream, create_fake_upstream
 from .servers import run_server
@@ -205,3 +207,42 @@ def test_tenants_are_isolated(fake: tuple[FakeUpstream, str], tmp_path: Path) ->
         for r in upstream.chat_records()
         if r.headers["authorization"] == "Bearer sk-mallory"
     )
+
+
+def test_client_disconnect_cancels_the_turn(tmp_path: Path) -> None:
+    upstream = create_fake_upstream(chunk_delay_s=0.2)
+    with (
+        run_server(upstream.app) as raw,
+        proxy(raw + "/v1", tmp_path / "p.db", auth_admin_token="adm") as url,
+    ):
+        base = url.removesuffix("/v1")
+        with httpx.Client(timeout=10) as http:
+            body = {
+                "model": "gpt-4o",
+                "stream": True,
+                "messages": [
+                    {"role": "user", "content": "a long answer with many many words please"}
+                ],
+            }
+            with http.stream(
+                "POST",
+                f"{url}/chat/completions",
+                json=body,
+                headers={"Authorization": "Bearer sk-d", "X-Conversation-Id": "gone"},
+            ) as r:
+                first = next(r.iter_raw())
+                assert first.startswith(b"data: ")
+            # The client hung up after the first chunk; the relay ends without committing.
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                metrics = http.get(f"{base}/metrics").text
+                if "context_proxy_active_streams 0.0" in metrics:
+                    break
+                time.sleep(0.05)
+            assert "context_proxy_active_streams 0.0" in metrics
+            stored = http.get(
+                f"{base}/admin/conversations/gone",
+                params={"tenant": tenant_of("sk-d")},
+                headers={"Authorization": "Bearer adm"},
+            )
+            assert stored.status_code == 404

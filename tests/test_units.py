@@ -1,0 +1,353 @@
+"""Pure units: tokens, SSE assembly, identity and reconciliation, configuration."""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy import conversation as conv
+from proxy.config import SECTIONS, load_settings
+from proxy.errors import ConfigError
+from proxy.messages import chain_hashes, message_hash
+from proxy.models import context_window
+from proxy.reduction.types import ReductionState, SummaryBlock
+from proxy.sse import SSEDecoder, StreamAssembler, message_from_completion
+from proxy.tokens import TokenCounter, encoding_name_for
+
+from .factories import assistant, call, system, tool, user
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# tokens ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", "o200k_base"),
+        ("gpt-4.1", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("openai/gpt-4o", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("llama3:8b", "o200k_base"),
+    ],
+)
+def test_each_model_family_gets_its_encoding(model: str, encoding: str) -> None:
+    assert encoding_name_for(model) == encoding
+
+
+def test_counts_match_openais_accounting() -> None:
+    counter = TokenCounter()
+    # OpenAI reports 9 prompt tokens for one user message "hello world" on gpt-4o.
+    assert counter.count_messages("gpt-4o", [user("hello world")]) == 9
+    assert counter.exact
+
+
+def test_tool_calls_images_and_unknown_parts_are_counted() -> None:
+    counter = TokenCounter()
+    plain = counter.count_message("gpt-4o", assistant(None))
+    with_call = counter.count_message("gpt-4o", assistant(None, tool_calls=[call("c1")]))
+    assert with_call > plain
+    image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+    low = {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": "x", "detail": "low"}}],
+    }
+    assert counter.count_message("gpt-4o", image) > counter.count_message("gpt-4o", low) > 85
+    odd = {"role": "user", "content": [{"type": "hologram", "data": "z" * 400}]}
+    assert counter.count_message("gpt-4o", odd) >= 100
+
+
+def test_counts_are_cached_per_message() -> None:
+    calls: list[str] = []
+
+    class Spy:
+        def encode(self, text: str, *, disallowed_special: Any = ()) -> list[int]:
+            calls.append(text)
+            return [0] * len(text.split())
+
+    counter = TokenCounter(loader=lambda name: Spy())
+    history = [user(f"message {i}") for i in range(50)]
+    counter.count_messages("gpt-4o", history)
+    first = len(calls)
+    counter.count_messages("gpt-4o", [*history, user("new one")])
+    assert len(calls) - first == 2  # only the new message's role and content
+
+
+def test_offline_counting_falls_back_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    def offline(name: str) -> Any:
+        raise OSError("no network")
+
+    counter = TokenCounter(loader=offline)
+    with caplog.at_level(logging.WARNING):
+        a = counter.count_messages("gpt-4o", [user("x" * 400)])
+        counter.count_messages("gpt-4", [user("y" * 40)])
+    assert a == 3 + 3 + 1 + 100  # framing, priming, "user", 400 chars / 4
+    assert len([r for r in caplog.records if "could not be loaded" in r.getMessage()]) == 1
+    assert not counter.exact
+
+
+def test_context_windows_come_from_the_table_and_overrides() -> None:
+    assert context_window("gpt-4o-2024-08-06", {}, 1) == 128_000
+    assert context_window("gpt-4", {}, 1) == 8_192
+    assert context_window("gpt-4-turbo-preview", {}, 1) == 128_000
+    assert context_window("my-local", {"my-local": 32_768}, 1) == 32_768
+    assert context_window("unknown-model", {}, 4321) == 4321
+
+
+# SSE --------------------------------------------------------------------------
+
+
+def _stream() -> bytes:
+    chunks: list[dict[str, Any]] = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Héllo "}}]},
+        {"choices": [{"index": 0, "delta": {"content": "wörld"}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_a",
+                                "type": "function",
+                                "function": {"name": "get", "arguments": '{"a"'},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 1,
+                                "id": "call_b",
+                                "type": "function",
+                                "function": {"name": "put", "arguments": "{}"},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]},
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"total_tokens": 12}},
+    ]
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+EXPECTED = {
+    "role": "assistant",
+    "content": "Héllo wörld",
+    "tool_calls": [call("call_a", "get", '{"a": 1}'), call("call_b", "put", "{}")],
+}
+
+
+@given(cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=30))
+def test_stream_assembles_the_same_message_however_it_is_split(cuts: list[int]) -> None:
+    data = _stream()
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    assembler = StreamAssembler()
+    start = 0
+    for point in [*points, len(data)]:
+        assembler.feed(data[start:point])
+        start = point
+    assembler.close()
+    assert assembler.complete and assembler.message() == EXPECTED
+    assert assembler.usage == {"total_tokens": 12}
+
+
+def test_stream_without_an_ending_is_incomplete_and_errors_are_seen() -> None:
+    partial = StreamAssembler()
+    partial.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n')
+    partial.close()
+    assert not partial.complete
+    failed = StreamAssembler()
+    failed.feed(b'data: {"error": {"message": "boom"}}\n\ndata: [DONE]\n\n')
+    assert not failed.complete
+
+
+def test_sse_decoder_handles_crlf_multiline_and_comments() -> None:
+    decoder = SSEDecoder()
+    events = decoder.feed(b": keep-alive\r\ndata: a\r\ndata: b\r\n\r\nevent: x\ndata: c")
+    assert events == [b"a\nb"]
+    assert decoder.flush() == [b"c"]
+
+
+def test_completion_message_keeps_only_request_fields() -> None:
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "hi",
+                    "refusal": None,
+                    "annotations": [],
+                    "audio": {"id": "aud_1", "data": "zzz", "transcript": "hi"},
+                },
+            }
+        ]
+    }
+    assert message_from_completion(body) == {
+        "role": "assistant",
+        "content": "hi",
+        "audio": {"id": "aud_1"},
+    }
+    assert message_from_completion({"choices": []}) is None
+    assert message_from_completion("nope") is None
+
+
+# identity and reconciliation ---------------------------------------------------
+
+
+def test_derived_id_depends_on_tenant_and_opening_only() -> None:
+    t1, t2 = conv.tenant_of("sk-1"), conv.tenant_of("sk-2")
+    opening = [system(), user("plan a trip")]
+    later = [*opening, assistant("sure"), user("to Rome")]
+    assert conv.derive_id(t1, opening) == conv.derive_id(t1, later)
+    assert conv.derive_id(t1, opening) != conv.derive_id(t2, opening)
+    assert conv.derive_id(t1, opening) != conv.derive_id(t1, [system(), user("other")])
+    assert len(t1) == 64 and "sk-1" not in t1
+
+
+def test_header_ids_are_validated() -> None:
+    assert conv.identify("t", "my-chat_1", [user()]).conversation == "my-chat_1"
+    for bad in ("has space", "x" * 201, "tab\t"):
+        with pytest.raises(Exception, match="X-Conversation-Id"):
+            conv.identify("t", bad, [user()])
+
+
+def test_chain_hashes_diverge_at_an_edit() -> None:
+    a = chain_hashes([user("1"), assistant("2"), user("3")])
+    b = chain_hashes([user("1"), assistant("edited"), user("3")])
+    assert a[0] == b[0] and a[1] != b[1] and a[2] != b[2]
+    assert message_hash({"b": 1, "a": 2}) == message_hash({"a": 2, "b": 1})
+
+
+def _prior(tail_start: int, covers: int, leading: int = 1) -> dict[str, Any]:
+    state = ReductionState(tail_start, (SummaryBlock("S", covers),))
+    return {"leading": leading, "reduction": conv.state_to_json(state)}
+
+
+def test_full_history_continues_the_matched_snapshot() -> None:
+    history = [system(), *[user(f"m{i}") for i in range(10)]]
+    hashes = chain_hashes(history)
+    turn = conv.reconcile_full(history, hashes, 8, _prior(4, 4))
+    assert turn.continued
+    assert turn.working.state.tail_start == 4
+    assert turn.working.tail == tuple(history[5:])
+    assert turn.new == tuple(history[8:]) and turn.parent == hashes[7]
+
+
+def test_a_snapshot_reaching_past_what_the_client_sends_is_not_used() -> None:
+    history = [system(), *[user(f"m{i}") for i in range(10)]]
+    turn = conv.reconcile_full(history, chain_hashes(history), 3, _prior(4, 4))
+    assert not turn.continued and turn.working.state == ReductionState()
+    other_leading = conv.reconcile_full(history, chain_hashes(history), 8, _prior(4, 4, 2))
+    assert not other_leading.continued
+
+
+def test_append_mode_extends_the_stored_working_history() -> None:
+    stored = [system(), user("q1"), assistant("a1")]
+    prior = {
+        "leading": 1,
+        "reduction": conv.state_to_json(ReductionState(2, (SummaryBlock("earlier", 2),))),
+        "answer_hash": "h",
+    }
+    turn = conv.reconcile_append([tool("c", "x"), user("q2")], stored, prior, 9)
+    assert turn.working.leading == (system(),)
+    assert turn.working.tail == (user("q1"), assistant("a1"), tool("c", "x"), user("q2"))
+    assert turn.history[1] == {"role": "system", "content": "earlier"}
+    assert turn.parent == "h" and turn.position == 11
+    with pytest.raises(Exception, match="at least one"):
+        conv.reconcile_append([], stored, prior, 9)
+
+
+# configuration ----------------------------------------------------------------
+
+
+def test_precedence_is_file_then_environment_then_flags(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[server]\nport = 1111\nhost = "0.0.0.0"\n[models]\n"local" = 4096\n')
+    s = load_settings(path, env={"CONTEXT_PROXY_SERVER_PORT": "2222"})
+    assert (s.server.port, s.server.host, s.models.windows["local"]) == (2222, "0.0.0.0", 4096)
+    s = load_settings(
+        path, env={"CONTEXT_PROXY_SERVER_PORT": "2222"}, overrides={"server": {"port": 3333}}
+    )
+    assert s.server.port == 3333
+
+
+@pytest.mark.parametrize(
+    ("env", "key"),
+    [
+        ({"CONTEXT_PROXY_SERVER_PORT": "eighty"}, "server.port"),
+        ({"CONTEXT_PROXY_REDUCTION_STRATEGY": "magic"}, "reduction.strategy"),
+        ({"CONTEXT_PROXY_REDUCTION_TRIGGER_RATIO": "1.5"}, "reduction.trigger_ratio"),
+        ({"CONTEXT_PROXY_STORE_BACKEND": "mongo"}, "store.backend"),
+        ({"CONTEXT_PROXY_UPSTREAM_BASE_URL": "ftp://x"}, "upstream.base_url"),
+        ({"CONTEXT_PROXY_REDUCTION_SINGLE_SUMMARY": "maybe"}, "reduction.single_summary"),
+        ({"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk-owner"}, "auth.client_keys"),
+    ],
+)
+def test_every_error_names_its_key(env: dict[str, str], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(env=env)
+
+
+def test_unknown_keys_and_bad_files_are_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[server]\nprot = 1\n")
+    with pytest.raises(ConfigError, match=r"server\.prot"):
+        load_settings(bad)
+    bad.write_text("[server\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_settings(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_open_relay_is_refused_unless_explicitly_allowed() -> None:
+    keyed = load_settings(
+        env={"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk", "CONTEXT_PROXY_AUTH_CLIENT_KEYS": "a,b"}
+    )
+    assert keyed.auth.client_keys == ("a", "b")
+    anonymous = load_settings(
+        env={"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk", "CONTEXT_PROXY_AUTH_ALLOW_ANONYMOUS": "true"}
+    )
+    assert anonymous.auth.allow_anonymous
+
+
+def test_example_config_documents_every_key_and_loads() -> None:
+    example = ROOT / "config.example.toml"
+    data = tomllib.loads(example.read_text())
+    for section, cls in SECTIONS.items():
+        for name in cls.__dataclass_fields__:
+            assert name in data[section], f"{section}.{name} missing from config.example.toml"
+    assert load_settings(example).reduction.strategy == "summarize"
