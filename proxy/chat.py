@@ -14,7 +14,6 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,12 +25,14 @@ from . import conversation as conv
 from .context import AppContext
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .messages import Message, chain_hashes, message_hash
+from .messages import Message, chain_hashes, digest
+from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
 from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction
 from .sse import StreamAssembler, message_from_completion
-from .store import ArchiveEntry, ConvKey, Snapshot, StoreError, TurnCommit
+from .store import Conflict, ConvKey, StoreError
 from .summarizer import SummarizerUnavailable
+from .tokens import RequestCounts
 from .upstream import (
     bearer_token,
     forward_headers,
@@ -42,27 +43,6 @@ from .upstream import (
 
 log = logging.getLogger("context_proxy.chat")
 access = logging.getLogger("context_proxy.access")
-
-
-@dataclass
-class Outcome:
-    """What this turn forwards and must store once the answer is complete."""
-
-    key: ConvKey
-    turn: conv.Turn
-    reduction: Reduction
-    tokens_in: int
-    summaries_made: int
-    summarizer_tokens: int
-    stateless: bool
-
-    def headers(self) -> dict[str, str]:
-        return {
-            "x-conversation-id": self.key.conversation,
-            "x-context-reduction": ",".join(self.reduction.kinds),
-            "x-context-tokens-in": str(self.tokens_in),
-            "x-context-tokens-out": str(self.reduction.tokens_out),
-        }
 
 
 async def chat_completions(request: Request) -> Response:
@@ -177,6 +157,8 @@ async def prepare(
     headers: dict[str, str],
 ) -> Outcome:
     stateless = False
+    version: int | None = None
+    digests: list[bytes] | None = None
     if mode == "append":
         try:
             stored = await ctx.store.latest(key)
@@ -197,8 +179,10 @@ async def prepare(
                 code="conversation_not_found",
             )
         turn = conv.reconcile_append(messages, stored.working, stored.state, stored.position + 1)
+        version = stored.turns
     else:
-        hashes = chain_hashes(messages)
+        digests = [digest(m) for m in messages]
+        hashes = chain_hashes(messages, digests=digests)
         try:
             snapshot = await ctx.store.find_snapshot(key, hashes)
         except StoreError:
@@ -212,16 +196,17 @@ async def prepare(
             snapshot.state if snapshot else None,
         )
     model = str(payload["model"])
-    tokens_in = ctx.counter.count_messages(model, turn.history)
+    counts = RequestCounts(ctx.counter, model, turn.history, digests)
+    tokens_in = counts.total
     made = spent = 0
     if strategy == "none":
         reduction = _unreduced(turn, tokens_in)
     else:
-        reduction, made, spent = await _reduce(ctx, turn, payload, strategy, headers)
+        reduction, made, spent = await _reduce(ctx, turn, payload, strategy, headers, counts)
     if stateless:
         reduction = _with_kind(reduction, "stateless")
     ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
-    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless)
+    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless, version)
 
 
 async def _reduce(
@@ -230,6 +215,7 @@ async def _reduce(
     payload: dict[str, Any],
     strategy: str,
     headers: dict[str, str],
+    count: RequestCounts,
 ) -> tuple[Reduction, int, int]:
     """Reduce; when the core asks for summaries, produce them and reduce again.
 
@@ -237,7 +223,6 @@ async def _reduce(
     window result the core prepared alongside its requests is forwarded.
     """
     model = str(payload["model"])
-    count = ctx.counter.for_model(model)
     policy = ctx.policy(strategy)
     budget = ctx.budget(model, reserved_output(payload))
     try:
@@ -318,34 +303,25 @@ async def relay(
 
 
 async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
-    turn, reduction = outcome.turn, outcome.reduction
-    answer_hash = message_hash(answer, turn.head)
-    parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
-    entries = [
-        ArchiveEntry(h, p, m) for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)
-    ]
-    entries.append(ArchiveEntry(answer_hash, turn.head, answer))
-    evicted = reduction.state.tail_start - turn.working.state.tail_start
-    working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], answer]
-    state = {
-        "leading": len(turn.working.leading),
-        "reduction": conv.state_to_json(reduction.state),
-        "answer_hash": answer_hash,
-        "stats": conv.accumulate_stats(
-            turn.prior,
-            kinds=reduction.kinds,
-            tokens_in=outcome.tokens_in,
-            tokens_out=reduction.tokens_out,
-            summaries_made=outcome.summaries_made,
-            summarizer_tokens=outcome.summarizer_tokens,
-        ),
-    }
-    snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=time.time())
-    try:
-        await ctx.store.commit(TurnCommit(outcome.key, entries, snapshot, working))
-    except StoreError as exc:
-        ctx.metrics.store_errors.labels("commit").inc()
-        log.error("could not store turn of %s: %s", outcome.key.conversation, exc)
+    """Store the completed turn; in append mode, rebase onto turns other replicas committed."""
+    for _ in range(MAX_REBASES):
+        try:
+            await ctx.store.commit(turn_commit(outcome, answer, time.time()))
+            return
+        except Conflict:
+            try:
+                latest = await ctx.store.latest(outcome.key)
+            except StoreError:
+                break
+            if latest is None:
+                break
+            outcome = rebase(outcome, latest)
+        except StoreError as exc:
+            ctx.metrics.store_errors.labels("commit").inc()
+            log.error("could not store turn of %s: %s", outcome.key.conversation, exc)
+            return
+    ctx.metrics.store_errors.labels("commit").inc()
+    log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
 
 
 def _json(content: bytes) -> Any:

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .config import Settings, load_settings
 from .errors import ConfigError
@@ -28,7 +29,45 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--strategy", help="reduction strategy")
     serve.add_argument("--log-level", help="debug | info | warning | error")
     sub.add_parser("config-doc", help="print the configuration reference (Markdown)")
+    _add_tool_commands(sub)
     return parser
+
+
+def _add_tool_commands(sub: Any) -> None:
+    """`demo`, `simulate` and `inspect`: the newcomer tools (issue 6)."""
+    demo = sub.add_parser("demo", help="run an offline demonstration (mock upstream, real proxy)")
+    demo.add_argument("--turns", type=int, default=200, help="conversation turns (default 200)")
+    demo.add_argument(
+        "--chart", default="context-proxy-demo.svg", help="where to save the SVG chart"
+    )
+    demo.add_argument(
+        "--window", type=int, default=8000, help="the demo model's context window (default 8000)"
+    )
+    sim = sub.add_parser("simulate", help="replay a recorded conversation offline")
+    sim.add_argument("file", help="JSONL: one request body per line, or one message per line")
+    sim.add_argument("--compare", default="", help="strategies side by side, e.g. summarize,none")
+    sim.add_argument("--strategy", default="summarize", help="strategy when not comparing")
+    sim.add_argument("--summarizer-url", help="a real summariser (OpenAI-compatible base URL)")
+    sim.add_argument("--summarizer-model", help="model for --summarizer-url")
+    sim.add_argument("--model", help="model to replay with (default: the recorded one)")
+    sim.add_argument("--window", type=int, help="context window of the model, in tokens")
+    sim.add_argument("--chart", help="also save the chart as this SVG file")
+    sim.add_argument("--per-turn", action="store_true", help="print every request's numbers")
+    sim.add_argument("--tokenizer", choices=["estimate", "tiktoken"], default="estimate")
+    for flag in ("input", "cached", "output"):
+        sim.add_argument(f"--price-{flag}", type=float, help=f"USD per million {flag} tokens")
+    ins = sub.add_parser("inspect", help="show a stored conversation")
+    ins.add_argument("id", help="conversation id (X-Conversation-Id)")
+    who = ins.add_mutually_exclusive_group()
+    who.add_argument("--tenant", help="tenant: SHA-256 hex of the client's API key")
+    who.add_argument("--key", help="the client's API key (hashed locally, never sent)")
+    ins.add_argument("--db", help="SQLite store file (default: ./context-proxy.db)")
+    ins.add_argument("--url", help="proxy base URL, to read through the admin API")
+    ins.add_argument(
+        "--admin-token", help="admin token for --url (or CONTEXT_PROXY_AUTH_ADMIN_TOKEN)"
+    )
+    ins.add_argument("--limit", type=int, default=1000, help="archive messages to show at most")
+    ins.add_argument("--json", action="store_true", help="print the raw JSON instead")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,6 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(reference())
         return 0
+    if args.command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main(args)
+    if args.command == "simulate":
+        from .simulate import main as simulate_main
+
+        return simulate_main(args)
+    if args.command == "inspect":
+        from .inspect import main as inspect_main
+
+        return inspect_main(args)
     try:
         settings = load_settings(
             args.config or _default_config(),

@@ -76,7 +76,7 @@ def check_message(message: Any, where: str) -> None:
     if not isinstance(message, dict):
         raise ProxyError(400, f"{where} must be an object.", param=where)
     role = message.get("role")
-    if role not in KNOWN_ROLES:
+    if not isinstance(role, str) or role not in KNOWN_ROLES:
         raise ProxyError(
             400,
             f"{where}.role must be one of {', '.join(sorted(KNOWN_ROLES))}; got {role!r}.",

@@ -8,11 +8,11 @@ document the fields the proxy reads; everything else passes through.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
+import xxhash
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 Message = dict[str, Any]
@@ -121,21 +121,35 @@ def canonical(message: Message) -> bytes:
     return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
 
 
-def message_hash(message: Message, parent: str = "") -> str:
+def digest(message: Message) -> bytes:
+    """A 128-bit content digest, computed once per message per request.
+
+    xxh3 rather than a cryptographic hash: it runs at memory speed, and a
+    crafted collision could only confuse the matching of the crafter's own
+    conversations, since everything stored is namespaced by tenant.
+    """
+    return xxhash.xxh3_128_digest(canonical(message))
+
+
+def chain(digest_: bytes, parent: str = "") -> str:
     """Hash of a message chained to its parent's hash (as simonw/llm does).
 
     Equal hashes mean equal conversations up to and including this message, so
     the longest common prefix of two hash lists is where two histories diverge.
     """
-    digest = hashlib.blake2b(parent.encode(), digest_size=16)
-    digest.update(canonical(message))
-    return digest.hexdigest()
+    return xxhash.xxh3_128_hexdigest(parent.encode() + digest_)
 
 
-def chain_hashes(messages: Iterable[Message], parent: str = "") -> list[str]:
+def message_hash(message: Message, parent: str = "") -> str:
+    return chain(digest(message), parent)
+
+
+def chain_hashes(
+    messages: Iterable[Message], parent: str = "", digests: Iterable[bytes] | None = None
+) -> list[str]:
     hashes: list[str] = []
-    for message in messages:
-        parent = message_hash(message, parent)
+    for d in digests if digests is not None else map(digest, messages):
+        parent = chain(d, parent)
         hashes.append(parent)
     return hashes
 

@@ -9,7 +9,6 @@ token estimate and says so once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -17,7 +16,7 @@ from typing import Any, Protocol
 
 from cachetools import LRUCache
 
-from .messages import Message, canonical, tool_calls
+from .messages import Message, canonical, digest, tool_calls
 
 log = logging.getLogger("context_proxy.tokens")
 
@@ -110,13 +109,14 @@ class TokenCounter:
             return _estimate(text)
         return len(enc.encode(text, disallowed_special=()))
 
-    def count_message(self, model: str, message: Message) -> int:
+    def count_message(self, model: str, message: Message, key: bytes | None = None) -> int:
+        """Tokens of one message; `key` is its `messages.digest`, when the caller has it."""
         encoding = encoding_name_for(model)
-        key = (encoding, hashlib.blake2b(canonical(message), digest_size=16).digest())
-        cached = self._cache.get(key)
+        cache_key = (encoding, key if key is not None else digest(message))
+        cached = self._cache.get(cache_key)
         if cached is None:
             cached = self._count_uncached(encoding, message)
-            self._cache[key] = cached
+            self._cache[cache_key] = cached
         return cached
 
     def count_messages(self, model: str, messages: Iterable[Message]) -> int:
@@ -177,3 +177,33 @@ def _load_tiktoken(encoding: str) -> Encoder:
     import tiktoken
 
     return tiktoken.get_encoding(encoding)
+
+
+class RequestCounts:
+    """Token counts of one request's messages, looked up by object identity.
+
+    The reduction core asks for the count of the same message objects many
+    times; identity lookups spare it re-serialising them to find the cache
+    key. Messages the core creates (truncated copies) fall back to the cache.
+    """
+
+    def __init__(
+        self,
+        counter: TokenCounter,
+        model: str,
+        messages: Iterable[Message],
+        digests: Iterable[bytes] | None = None,
+    ) -> None:
+        self.counter = counter
+        self.model = model
+        items = list(messages)
+        keys: Iterable[bytes | None] = digests if digests is not None else [None] * len(items)
+        self._by_id = {
+            id(m): counter.count_message(model, m, k) for m, k in zip(items, keys, strict=True)
+        }
+        self._keep = items  # ids stay valid only while the objects live
+        self.total = REPLY_PRIMING + sum(self._by_id.values())
+
+    def __call__(self, message: Message) -> int:
+        found = self._by_id.get(id(message))
+        return found if found is not None else self.counter.count_message(self.model, message)

@@ -82,6 +82,7 @@ MALFORMED: list[tuple[str, bytes, dict[str, str]]] = [
         enc({"model": "gpt-4o", "messages": [{"role": "wizard", "content": "x"}]}),
         {},
     ),
+    ("role list", enc({"model": "gpt-4o", "messages": [{"role": ["user"], "content": "x"}]}), {}),
     ("role number", enc({"model": "gpt-4o", "messages": [{"role": 1, "content": "x"}]}), {}),
     ("content number", enc({"model": "gpt-4o", "messages": [{"role": "user", "content": 1}]}), {}),
     ("content object", enc({"model": "gpt-4o", "messages": [{"role": "user", "content": {}}]}), {}),

@@ -157,7 +157,7 @@ def test_300_turns_keep_every_invariant(
         check_invariants(request, counter)
     turns = 300
     assert len(upstream.summary_requests()) <= 0.15 * turns
-    if strategy in ("summarize", "tokens", "messages"):
+    if strategy in STRATEGIES:
         assert prefix_share(forwarded) >= 0.85, prefix_share(forwarded)
     assert "fallback" not in ",".join(app.kinds)
 

@@ -188,7 +188,7 @@ def test_repair_makes_every_forwarded_request_valid(
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     conversations(),
-    st.sampled_from(["none", "messages", "tokens", "summarize"]),
+    st.sampled_from(STRATEGIES),
     st.sampled_from(["tokens", "messages", "both"]),
     st.booleans(),
     budgets,
@@ -212,13 +212,16 @@ def test_forwarded_request_extends_the_previous_one_until_a_threshold_is_crossed
         red = run(working, policy, budget, valid=True, summariser_ok=ok)
         if red is None:
             return
+        reduced = {"summarized", "windowed", "filtered", "truncated"} & set(red.kinds)
         if (
             previous is not None
+            and not reduced
             and red.dropped == 0
             and red.state.summaries == state.summaries
-            and "truncated" not in previous.kinds + red.kinds
+            and "truncated" not in previous.kinds
         ):
             assert red.messages[: len(previous.messages)] == previous.messages
+            assert red.state.extra == state.extra and not red.summary_requests
         previous, state = red, red.state
         tail = (*tail[red.dropped :], assistant(f"answer {turn}"), user(f"next {turn}"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from proxy.errors import ConfigError
 from proxy.messages import Message, chain_hashes
 from proxy.store import (
     ArchiveEntry,
+    Conflict,
     ConvKey,
     MemoryStore,
     Snapshot,
@@ -432,3 +434,49 @@ async def test_stores_without_expiry_keep_idle_conversations(make_store: Factory
     assert await store.latest(ALICE) is not None
     assert len(await store.list_conversations(None)) == 1
     await store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_stale_expected_turn_count_conflicts_and_writes_nothing(store: Store) -> None:
+    key = ConvKey("t", "versioned")
+    await store.commit(dataclasses.replace(turn(key, [user("q0")]), expected_turns=0))
+    before = await store.latest(key)
+    assert before is not None and before.turns == 1
+    stale = dataclasses.replace(
+        turn(key, [user("q0"), assistant("a"), user("q1")]), expected_turns=0
+    )
+    with pytest.raises(Conflict):
+        await store.commit(stale)
+    after = await store.latest(key)
+    assert after == before
+    assert len(await store.archive(key)) == 2
+    await store.commit(dataclasses.replace(stale, expected_turns=1))
+    latest = await store.latest(key)
+    assert latest is not None and latest.turns == 2
+
+
+@pytest.mark.asyncio
+async def test_racing_commits_on_one_version_let_exactly_one_win(make_store: Factory) -> None:
+    # Two store objects on one file or server stand for two proxy replicas.
+    first, second = make_store(), make_store()
+    key = ConvKey("t", "race")
+    try:
+        await first.commit(turn(key, [user("q0")]))
+        results = await asyncio.gather(
+            *(
+                s.commit(
+                    dataclasses.replace(
+                        turn(key, [user("q0"), assistant("a"), user(f"q{i}")]), expected_turns=1
+                    )
+                )
+                for i, s in enumerate((first, second, first, second))
+            ),
+            return_exceptions=True,
+        )
+        assert sum(r is None for r in results) == 1
+        assert all(isinstance(r, Conflict) for r in results if r is not None)
+        latest = await first.latest(key)
+        assert latest is not None and latest.turns == 2
+    finally:
+        await first.close()
+        await second.close()

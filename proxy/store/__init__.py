@@ -18,6 +18,7 @@ from proxy.store.base import (
     DEFAULT_TTL_S,
     ArchivedMessage,
     ArchiveEntry,
+    Conflict,
     Conversation,
     ConversationSummary,
     ConvKey,
@@ -32,6 +33,7 @@ from proxy.store.sqlite import SqliteStore
 __all__ = [
     "ArchiveEntry",
     "ArchivedMessage",
+    "Conflict",
     "ConvKey",
     "Conversation",
     "ConversationSummary",

@@ -31,6 +31,10 @@ class StoreError(Exception):
     """The store failed at run time (unreachable, closed, corrupt); never an operator mistake."""
 
 
+class Conflict(StoreError):
+    """Another writer committed a turn of this conversation first (optimistic versioning)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConvKey:
     """A conversation's identity; `tenant` is the SHA-256 hex of the client's API key.
@@ -111,6 +115,9 @@ class TurnCommit:
     archive: list[ArchiveEntry]
     snapshot: Snapshot
     working: list[Message]
+    # When set, the commit applies only if the conversation has exactly this many
+    # turns (an absent or expired one has 0); otherwise `Conflict` and nothing written.
+    expected_turns: int | None = None
 
 
 class Store(Protocol):

@@ -19,6 +19,7 @@ from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
     ArchivedMessage,
+    Conflict,
     Conversation,
     ConversationSummary,
     ConvKey,
@@ -76,6 +77,10 @@ class MemoryStore:
         working = orjson.dumps(turn.working)
         now = self._now()
         stored = self._cache.get(turn.key) or _Stored(created_at=now, updated_at=now)
+        if turn.expected_turns is not None and stored.turns != turn.expected_turns:
+            raise Conflict(
+                f"{turn.key.conversation} is at turn {stored.turns}, not {turn.expected_turns}"
+            )
         for hash_, parent, message in entries:
             if hash_ not in stored.archive:
                 stored.archive[hash_] = (parent, message, len(stored.archive))

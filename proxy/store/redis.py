@@ -23,12 +23,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
     ArchivedMessage,
+    Conflict,
     Conversation,
     ConversationSummary,
     ConvKey,
@@ -48,11 +49,15 @@ local updated = redis.call('HGET', conv, 'updated_at')
 if ttl > 0 and updated and tonumber(updated) < cutoff then
   redis.call('DEL', conv, msgs, order, snaps, snapturns)
 end
+if ARGV[11] ~= '' then
+  local current = tonumber(redis.call('HGET', conv, 'turns') or '0')
+  if current ~= tonumber(ARGV[11]) then return redis.error_reply('CONFLICT') end
+end
 local turns = redis.call('HINCRBY', conv, 'turns', 1)
 if turns == 1 then redis.call('HSET', conv, 'created_at', now) end
 redis.call('HSET', conv, 'head', ARGV[5], 'position', ARGV[6], 'state', ARGV[7],
   'working', ARGV[8], 'updated_at', now)
-for i = 11, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   if redis.call('HSETNX', msgs, ARGV[i], ARGV[i + 1]) == 1 then
     redis.call('RPUSH', order, ARGV[i])
   end
@@ -127,11 +132,16 @@ class RedisStore:
             dumps(turn.working),
             dumps([snap.position, snap.state, snap.created_at]),
             dumps([turn.key.tenant, turn.key.conversation]),
+            "" if turn.expected_turns is None else str(turn.expected_turns),
         ]
         for entry in turn.archive:
             args += [entry.hash, dumps([entry.parent, entry.message])]
         try:
             await self._commit(keys=keys, args=args)
+        except ResponseError as exc:
+            if "CONFLICT" in str(exc):
+                raise Conflict(f"{turn.key.conversation} moved on") from exc
+            raise StoreError(f"Redis: {exc}") from exc
         except RedisError as exc:
             raise StoreError(f"Redis: {exc}") from exc
 

@@ -27,6 +27,7 @@ from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
     ArchivedMessage,
+    Conflict,
     Conversation,
     ConversationSummary,
     ConvKey,
@@ -145,6 +146,16 @@ class SqliteStore:
                     " WHERE tenant = ? AND conversation = ? AND updated_at < ?",
                     (key.tenant, key.conversation, self._cutoff()),
                 )
+                if turn.expected_turns is not None:
+                    row = db.execute(
+                        "SELECT turns FROM conversations WHERE tenant = ? AND conversation = ?",
+                        (key.tenant, key.conversation),
+                    ).fetchone()
+                    current = 0 if row is None else int(row[0])
+                    if current != turn.expected_turns:
+                        raise Conflict(
+                            f"{key.conversation} is at turn {current}, not {turn.expected_turns}"
+                        )
                 cid, turns = db.execute(
                     UPSERT_CONVERSATION,
                     (key.tenant, key.conversation, snap.head, snap.position, state, working, now),

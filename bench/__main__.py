@@ -1,0 +1,9 @@
+"""`python -m bench` from the repository root."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

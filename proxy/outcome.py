@@ -1,0 +1,80 @@
+"""What a turn forwarded, and what it writes once the upstream's answer is complete.
+
+Pure: the app decides when to write; these functions decide what.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import conversation as conv
+from .messages import Message, message_hash
+from .reduction.types import Reduction
+from .store import ArchiveEntry, Conversation, ConvKey, Snapshot, TurnCommit
+
+MAX_REBASES = 8
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A reconciled, reduced turn. `version` is the stored turn count it was built on
+    (append mode), so a replica that lost a race can tell and rebase."""
+
+    key: ConvKey
+    turn: conv.Turn
+    reduction: Reduction
+    tokens_in: int
+    summaries_made: int
+    summarizer_tokens: int
+    stateless: bool
+    version: int | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-conversation-id": self.key.conversation,
+            "x-context-reduction": ",".join(self.reduction.kinds),
+            "x-context-tokens-in": str(self.tokens_in),
+            "x-context-tokens-out": str(self.reduction.tokens_out),
+        }
+
+
+def turn_commit(outcome: Outcome, answer: Message, now: float) -> TurnCommit:
+    """The archive rows, snapshot and working history of a completed turn."""
+    turn, reduction = outcome.turn, outcome.reduction
+    answer_hash = message_hash(answer, turn.head)
+    parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
+    entries = [
+        ArchiveEntry(h, p, m) for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)
+    ]
+    entries.append(ArchiveEntry(answer_hash, turn.head, answer))
+    evicted = reduction.state.tail_start - turn.working.state.tail_start
+    working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], answer]
+    state = {
+        "leading": len(turn.working.leading),
+        "reduction": conv.state_to_json(reduction.state),
+        "answer_hash": answer_hash,
+        "stats": conv.accumulate_stats(
+            turn.prior,
+            kinds=reduction.kinds,
+            tokens_in=outcome.tokens_in,
+            tokens_out=reduction.tokens_out,
+            summaries_made=outcome.summaries_made,
+            summarizer_tokens=outcome.summarizer_tokens,
+        ),
+    }
+    snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=now)
+    return TurnCommit(outcome.key, entries, snapshot, working, expected_turns=outcome.version)
+
+
+def rebase(outcome: Outcome, latest: Conversation) -> Outcome:
+    """Re-apply an append-mode turn on top of turns another replica committed first.
+
+    The answer was produced without the other turns, but nothing is lost: the
+    new messages and the answer are appended after them, in commit order, and
+    the stored reduction state is kept as the winner left it.
+    """
+    turn = conv.reconcile_append(
+        outcome.turn.new, latest.working, latest.state, latest.position + 1
+    )
+    reduction = replace(outcome.reduction, state=turn.working.state)
+    return replace(outcome, turn=turn, reduction=reduction, version=latest.turns)

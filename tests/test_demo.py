@@ -1,0 +1,150 @@
+"""`context-proxy demo` and `inspect`: the offline demonstration runs end to end and cleans up."""
+
+from __future__ import annotations
+
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from proxy.cli import main
+from proxy.config import load_settings
+from proxy.conversation import tenant_of
+from proxy.demo_report import TurnRow, shown
+from proxy.demo_script import TOOL_NAMES, run_tool, user_turn
+
+
+def _row(turn: int, summaries: int = 0) -> TurnRow:
+    return TurnRow(turn, 3, 1, 10, 10, 10, 10, ("none",), summaries, True, 0, 10)
+
+
+def test_report_shows_first_last_every_tenth_and_summary_turns() -> None:
+    rows = [_row(t, summaries=1 if t == 13 else 0) for t in range(1, 26)]
+    assert [r.turn for r in shown(rows)] == [1, 10, 13, 20, 25]
+
+
+def test_script_asks_for_a_tool_every_fourth_turn() -> None:
+    assert "call tool" not in user_turn(3)
+    assert f"call tool {TOOL_NAMES[0]}" in user_turn(4)
+    assert run_tool("query_db", {"query": "x"}, 4) == run_tool("query_db", {"query": "x"}, 4)
+
+
+@pytest.mark.integration
+def test_demo_runs_offline_reduces_and_writes_an_svg_chart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "demo.svg"
+    threads_before = threading.active_count()
+
+    code = main(["demo", "--turns", "40", "--window", "4000", "--chart", str(chart)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "summarized" in out
+    assert "reused" in out
+    assert "tokens forwarded upstream" in out
+    assert str(chart.resolve()) in out.replace("\n", "")
+    root = ET.parse(chart).getroot()
+    assert root.tag.endswith("svg")
+    assert "forwarded by the proxy" in chart.read_text()
+    assert threading.active_count() == threads_before  # both servers stopped
+
+
+def test_demo_rejects_a_chart_path_that_is_not_svg(tmp_path: Path) -> None:
+    assert main(["demo", "--turns", "1", "--chart", str(tmp_path / "c.png")]) == 2
+
+
+def _stored_conversation(db: Path) -> str:
+    """Play a few turns through the real app into a SQLite store; return the conversation id."""
+    import httpx
+
+    from proxy.app import create_app
+    from proxy.mock_upstream import MockUpstream, offline_counter
+
+    mock = MockUpstream()
+    settings = load_settings(
+        None,
+        env={},
+        overrides={
+            "upstream": {"base_url": "http://mock.test/v1"},
+            "store": {"backend": "sqlite", "path": str(db)},
+            "models": {"windows": {"tiny": 1000}},
+        },
+    )
+    app = create_app(
+        settings, transport=httpx.ASGITransport(app=mock.app), counter=offline_counter()
+    )
+    history = [{"role": "system", "content": "Be brief."}]
+    with TestClient(app) as client:
+        for n in range(1, 16):
+            history.append({"role": "user", "content": f"question {n} " + "detail " * 30})
+            r = client.post(
+                "/v1/chat/completions",
+                json={"model": "tiny", "messages": history},
+                headers={"authorization": "Bearer sk-inspect", "x-conversation-id": "conv-1"},
+            )
+            assert r.status_code == 200, r.text
+            history.append(r.json()["choices"][0]["message"])
+    return "conv-1"
+
+
+def test_inspect_reads_a_local_sqlite_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db)
+
+    code = main(["inspect", conv, "--key", "sk-inspect", "--db", str(db)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "conv-1" in out
+    assert "Working history" in out and "Archive" in out
+    assert "summary 1" in out
+    assert "question 15" in out
+
+
+def test_inspect_explains_a_wrong_tenant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db)
+
+    assert main(["inspect", conv, "--tenant", tenant_of("someone-else"), "--db", str(db)]) == 1
+    assert "tenant" in capsys.readouterr().out
+
+
+def test_inspect_never_creates_a_missing_store(tmp_path: Path) -> None:
+    assert main(["inspect", "x", "--db", str(tmp_path / "none.db")]) == 1
+    assert not (tmp_path / "none.db").exists()
+
+
+@pytest.mark.integration
+def test_inspect_reads_through_the_admin_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proxy.app import create_app
+    from proxy.demo import serve_in_thread
+
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db)
+    settings = load_settings(
+        None,
+        env={},
+        overrides={
+            "store": {"backend": "sqlite", "path": str(db)},
+            "auth": {"admin_token": "admin-secret"},
+        },
+    )
+    with serve_in_thread(create_app(settings), "proxy") as url:
+        code = main(
+            ["inspect", conv, "--key", "sk-inspect", "--url", url, "--admin-token", "admin-secret"]
+        )
+        denied = main(["inspect", conv, "--key", "sk-inspect", "--url", url, "--admin-token", "no"])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "summary 1" in out
+    assert denied == 1

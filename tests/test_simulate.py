@@ -1,0 +1,162 @@
+"""`context-proxy simulate` and the built-in mock upstream it replays against."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import main
+from proxy.mock_upstream import (
+    BadRequest,
+    MockUpstream,
+    answer_for,
+    is_summary_request,
+    validate_tool_chains,
+)
+from proxy.simulate import load_transcript, replay, requests_from_messages
+from proxy.simulate_report import Prices
+from tests.factories import assistant, call, system, tool, tool_round, user
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MESSAGES = EXAMPLES / "sample-transcript.jsonl"
+REQUESTS = EXAMPLES / "sample-requests.jsonl"
+ALL = ("summarize", "tokens", "messages", "tiered", "filter", "none")
+
+
+def test_mock_rejects_broken_tool_chains_like_openai() -> None:
+    validate_tool_chains([user("q"), assistant(None, tool_calls=[call("c1")]), tool("c1")])
+    with pytest.raises(BadRequest, match="preceeding"):
+        validate_tool_chains([user("q"), tool("c1")])
+    with pytest.raises(BadRequest, match="c1"):
+        validate_tool_chains([user("q"), assistant(None, tool_calls=[call("c1")]), user("again")])
+
+
+def test_mock_answers_tool_requests_with_a_tool_call_and_summaries_by_marker() -> None:
+    content, tool_call = answer_for([user("please call tool lookup now")])
+    assert content is None and tool_call is not None
+    assert tool_call["function"]["name"] == "lookup"
+    assert answer_for([user("hello")])[0] is not None
+    assert is_summary_request([system("You are the context-proxy summarizer."), user("x")])
+    assert not is_summary_request([system("You are helpful."), user("x")])
+
+
+def test_messages_become_the_requests_an_app_would_have_sent() -> None:
+    msgs = [system("s"), user("a"), *tool_round("c"), assistant("b")]
+    msgs.append(user("open question"))
+    requests = requests_from_messages(msgs)
+    assert [len(r) for r in requests] == [2, 4, 6]
+
+
+def test_both_input_formats_load_as_request_bodies() -> None:
+    from_messages = load_transcript(MESSAGES)
+    from_requests = load_transcript(REQUESTS, model="gpt-4o")
+    assert len(from_messages) > 40  # 40 turns, plus the tool rounds
+    assert all(b["model"] == "gpt-4o-mini" for b in from_messages)
+    assert all(b["model"] == "gpt-4o" for b in from_requests)
+    # The request file is the first part of the same conversation, recorded per request.
+    for recorded, derived in zip(from_requests, from_messages, strict=False):
+        assert recorded["messages"] == derived["messages"]
+
+
+def test_an_unreadable_transcript_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"role": "user", "content": "x"}) + "\n" + json.dumps({"a": 1}))
+    assert main(["simulate", str(bad)]) == 2
+    assert "bad.jsonl" in capsys.readouterr().out
+
+
+def test_example_prices_apply_the_cached_input_discount() -> None:
+    prices = Prices.for_model("gpt-4o-2024-08-06")
+    assert prices.cost(1_000_000, 1_000_000, 0) == pytest.approx(1.25)
+    assert prices.cost(1_000_000, 0, 1_000_000) == pytest.approx(12.50)
+    assert Prices.for_model("gpt-4o", input=1.0).label == "your prices"
+
+
+def test_every_strategy_but_none_forwards_less_of_the_sample() -> None:
+    bodies = load_transcript(MESSAGES)
+    runs = {s: replay(bodies, s, window=4000) for s in ALL}
+
+    totals = {s: sum(r.tokens_out for r in run.requests) for s, run in runs.items()}
+    for run in runs.values():
+        assert all(r.status == 200 for r in run.requests), run.strategy
+    for strategy in ("summarize", "tokens", "messages", "tiered", "filter"):
+        assert totals[strategy] < totals["none"], strategy
+    assert runs["summarize"].summary_calls >= 1
+    assert runs["none"].summary_calls == runs["tokens"].summary_calls == 0
+    summarized = [r for r in runs["summarize"].requests if "summarized" in r.kinds]
+    assert len(summarized) == runs["summarize"].summary_calls
+    assert max(r.tokens_out for r in runs["summarize"].requests) <= 0.7 * 4000
+
+
+def test_replay_is_deterministic() -> None:
+    bodies = load_transcript(REQUESTS)
+    first, second = (
+        replay(bodies, "summarize", window=2000),
+        replay(bodies, "summarize", window=2000),
+    )
+    assert first.requests == second.requests
+
+
+def test_cached_prefix_grows_while_the_prompt_only_extends() -> None:
+    run = replay(load_transcript(REQUESTS), "none")
+    cached = [r.cached for r in run.requests]
+    assert cached == sorted(cached) and cached[-1] > 0
+
+
+def test_mock_gives_no_cache_below_openais_minimum_prompt() -> None:
+    import asyncio
+
+    import httpx
+
+    async def ask(mock: MockUpstream, messages: list[dict[str, object]]) -> int:
+        transport = httpx.ASGITransport(app=mock.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
+            r = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+        return int(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    mock = MockUpstream()
+    short, long = [user("hi")], [user("word " * 2000)]
+    assert asyncio.run(ask(mock, short)) == 0
+    assert asyncio.run(ask(mock, [*short, assistant("x"), user("again")])) == 0
+    assert asyncio.run(ask(mock, long)) == 0
+    assert asyncio.run(ask(mock, [*long, assistant("x"), user("again")])) >= 1024
+    assert mock.calls[-1].extends_previous
+
+
+@pytest.mark.integration
+def test_simulate_compare_prints_a_table_and_saves_a_chart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "sim.svg"
+    code = main(
+        [
+            "simulate",
+            str(MESSAGES),
+            "--compare",
+            ",".join(ALL),
+            "--window",
+            "4000",
+            "--chart",
+            str(chart),
+            "--per-turn",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    for strategy in ALL:
+        assert strategy in out
+    assert "Per request: summarize" in out
+    assert "example prices of gpt-4o-mini" in out
+    assert ET.parse(chart).getroot().tag.endswith("svg")
+
+
+def test_simulate_suggests_a_window_when_nothing_gets_near_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", str(REQUESTS), "--compare", "summarize"]) == 0
+    assert "--window" in capsys.readouterr().out
