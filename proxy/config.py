@@ -55,6 +55,9 @@ class UpstreamSettings:
         default="",
     )
     max_connections: int = _doc("Size of the pooled upstream connection pool.", default=512)
+    transport: str = _doc(
+        "aiohttp (faster under concurrency) | httpx (httpcore's own pool).", default="aiohttp"
+    )
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,9 @@ def _validate(s: Settings) -> None:
         s.upstream.base_url.startswith(("http://", "https://")),
         "upstream.base_url",
         "must be an http:// or https:// URL",
+    )
+    check(
+        s.upstream.transport in ("aiohttp", "httpx"), "upstream.transport", "must be aiohttp or httpx"
     )
     check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
     check(

@@ -43,6 +43,13 @@ def create_client(
         max_keepalive_connections=settings.max_connections,
         keepalive_expiry=30.0,
     )
+    if transport is None and settings.transport == "aiohttp":
+        # httpcore's pool checks every idle socket on each request, which caps a
+        # busy proxy; aiohttp's pool underneath keeps httpx's API (bench/ measures
+        # 3x the throughput at 32 concurrent requests).
+        from httpx_aiohttp import AiohttpTransport
+
+        transport = AiohttpTransport(limits=limits)
     return httpx.AsyncClient(
         timeout=timeout, limits=limits, transport=transport, follow_redirects=False
     )

@@ -216,3 +216,51 @@ def test_kill_9_during_load_loses_no_completed_turn(
 
     missing = set(completed) - asyncio.run(archived())
     assert not missing, f"{len(missing)} completed turns lost"
+
+
+def test_simultaneous_append_turns_on_two_replicas_lose_nothing(
+    fake: tuple[FakeUpstream, str], redis_url: str
+) -> None:
+    _, upstream_url = fake
+    env = {"store_backend": "redis", "store_url": redis_url}
+
+    async def run(a: str, b: str) -> dict[str, Any]:
+        opener = openai.AsyncOpenAI(
+            base_url=a + "/v1",
+            api_key="sk-two",
+            max_retries=0,
+            default_headers={"X-Conversation-Id": "raced"},
+        )
+        await opener.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "opening"}]
+        )
+        replicas = [
+            opener.with_options(
+                base_url=u + "/v1",
+                default_headers={"X-Conversation-Id": "raced", "X-Context-Mode": "append"},
+            )
+            for u in (a, b)
+        ]
+        await asyncio.gather(
+            *(
+                replicas[i % 2].chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": f"racing {i}"}]
+                )
+                for i in range(20)
+            )
+        )
+        await opener.close()
+        async with httpx.AsyncClient() as http:
+            r = await http.get(
+                f"{a}/admin/conversations/raced",
+                params={"tenant": tenant_of("sk-two")},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            )
+            return dict(r.json())
+
+    with proxy(upstream_url, **env) as a, proxy(upstream_url, **env) as b:
+        conversation = asyncio.run(run(a, b))
+    asked = [m["content"] for m in conversation["working"] if m["role"] == "user"]
+    assert sorted(asked) == sorted(["opening", *[f"racing {i}" for i in range(20)]])
+    roles = [m["role"] for m in conversation["working"]]
+    assert roles == ["user", "assistant"] * 21

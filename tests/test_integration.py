@@ -167,10 +167,15 @@ def test_models_and_embeddings_pass_through(fake: tuple[FakeUpstream, str], tmp_
         assert e1.model_dump() == e2.model_dump()
 
 
-def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
-    _, upstream_url = fake
-    with proxy(upstream_url, tmp_path / "p.db") as url:
-        api = client(url)
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path, transport: str) -> None:
+    upstream, upstream_url = fake
+    with (
+        proxy(
+            upstream_url, tmp_path / "p.db", upstream_transport=transport, upstream_timeout_s="0.5"
+        ) as url,
+        client(url) as api,
+    ):
         with pytest.raises(openai.RateLimitError) as rate:
             api.chat.completions.create(
                 model="error-429", messages=[{"role": "user", "content": "x"}]
@@ -181,11 +186,19 @@ def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path) -> Non
                 model="error-500", messages=[{"role": "user", "content": "x"}]
             )
         assert server.value.status_code == 500
-    with proxy("http://127.0.0.1:9/v1", tmp_path / "q.db") as url:
+        upstream.slow_s = 2.0
+        with pytest.raises(openai.APIStatusError) as slow:
+            api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+        assert slow.value.status_code == 504
+        upstream.slow_s = 0.0
+        models = api.models.list()
+        assert models.data
+    with (
+        proxy("http://127.0.0.1:9/v1", tmp_path / "q.db", upstream_transport=transport) as url,
+        client(url) as api,
+    ):
         with pytest.raises(openai.APIStatusError) as down:
-            client(url).chat.completions.create(
-                model="gpt-4o", messages=[{"role": "user", "content": "x"}]
-            )
+            api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
         assert down.value.status_code == 502
 
 
