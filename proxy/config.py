@@ -272,7 +272,9 @@ def _validate(s: Settings) -> None:
         "must be an http:// or https:// URL",
     )
     check(
-        s.upstream.transport in ("aiohttp", "httpx"), "upstream.transport", "must be aiohttp or httpx"
+        s.upstream.transport in ("aiohttp", "httpx"),
+        "upstream.transport",
+        "must be aiohttp or httpx",
     )
     check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
     check(
