@@ -26,6 +26,7 @@ from .errors import ProxyError, error_body
 from .intake import too_large
 from .metrics import Metrics, RequestMetrics
 from .models import context_window
+from .record import Recorder
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
@@ -75,6 +76,8 @@ def create_app(
         ctx = AppContext(
             settings, client, the_store, counter or TokenCounter(), summarizer, metrics
         )
+        if settings.record.enabled:
+            ctx.recorder = Recorder(settings.record.path)
         try:
             yield {"ctx": ctx}
         finally:

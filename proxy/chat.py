@@ -52,6 +52,8 @@ async def chat_completions(request: Request) -> Response:
     body = await read_body(request, ctx.settings.server.max_body_bytes)
     payload = parse_chat(body)
     api_key = authorize(ctx, request)
+    if ctx.recorder is not None:
+        await ctx.recorder.record(payload)
     mode = request.headers.get("x-context-mode", "full").strip().lower()
     if mode not in ("full", "append"):
         raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.", param="X-Context-Mode")

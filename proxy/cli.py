@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", choices=["memory", "sqlite", "redis"], help="store backend")
     serve.add_argument("--strategy", help="reduction strategy")
     serve.add_argument("--log-level", help="debug | info | warning | error")
+    serve.add_argument("--log-format", choices=["text", "json"], help="log line format")
     sub.add_parser("config-doc", help="print the configuration reference (Markdown)")
     _add_tool_commands(sub)
     return parser
@@ -93,7 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(
             args.config or _default_config(),
             overrides={
-                "server": {"host": args.host, "port": args.port, "log_level": args.log_level},
+                "server": {
+                    "host": args.host,
+                    "port": args.port,
+                    "log_level": args.log_level,
+                    "log_format": getattr(args, "log_format", None),
+                },
                 "upstream": {"base_url": args.upstream},
                 "store": {"backend": args.store},
                 "reduction": {"strategy": args.strategy},
@@ -117,9 +122,9 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from .app import create_app
+    from .logs import configure as configure_logs
 
-    level = settings.server.log_level.upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logs(settings.server.log_level, settings.server.log_format)
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -127,6 +132,7 @@ def serve(settings: Settings) -> int:
         port=settings.server.port,
         log_level=settings.server.log_level.lower(),
         access_log=False,
+        log_config=None,
         proxy_headers=False,
         server_header=False,
     )

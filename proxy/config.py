@@ -37,6 +37,7 @@ class ServerSettings:
         "Largest request body accepted; larger ones get 413.", default=32 * 1024 * 1024
     )
     log_level: str = _doc("debug | info | warning | error.", default="info")
+    log_format: str = _doc("text (human-readable) | json (one object per line).", default="text")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,16 @@ class RecallSettings:
 
 
 @dataclass(frozen=True)
+class RecordSettings:
+    enabled: bool = _doc(
+        "Append every chat request body, as received, to `path` (one JSON per line) for "
+        "`context-proxy simulate`. Holds message content: opt-in.",
+        default=False,
+    )
+    path: str = _doc("Where recorded request bodies go.", default="context-proxy-requests.jsonl")
+
+
+@dataclass(frozen=True)
 class ModelsSettings:
     default_context_tokens: int = _doc(
         "Context window of models missing from the table.", default=128_000
@@ -147,6 +158,7 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     reduction: ReductionSettings = field(default_factory=ReductionSettings)
     recall: RecallSettings = field(default_factory=RecallSettings)
+    record: RecordSettings = field(default_factory=RecordSettings)
     models: ModelsSettings = field(default_factory=ModelsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
 
@@ -265,6 +277,7 @@ def _validate(s: Settings) -> None:
             raise ConfigError(f"{key}: {message}")
 
     check(0 < s.server.port < 65536, "server.port", "must be between 1 and 65535")
+    check(s.server.log_format in ("text", "json"), "server.log_format", "must be text or json")
     check(s.server.max_body_bytes > 0, "server.max_body_bytes", "must be positive")
     check(
         s.upstream.base_url.startswith(("http://", "https://")),

@@ -12,6 +12,7 @@ import httpx
 from .config import Settings
 from .metrics import Metrics
 from .models import context_window
+from .record import Recorder
 from .reduction.types import Budget, Policy
 from .store import Store
 from .summarizer import Summarizer
@@ -47,6 +48,7 @@ class AppContext:
     summarizer: Summarizer
     metrics: Metrics
     locks: KeyedLocks = field(default_factory=KeyedLocks)
+    recorder: Recorder | None = None
 
     def policy(self, strategy: str) -> Policy:
         r = self.settings.reduction

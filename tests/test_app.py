@@ -343,3 +343,15 @@ def test_admin_routes_need_the_token() -> None:
         assert r.status_code == 200 and len(r.json()["archive"]) == 2
         assert h.client.delete(url, headers={"Authorization": "Bearer adm"}).status_code == 200
         assert h.client.get(url, headers={"Authorization": "Bearer adm"}).status_code == 404
+
+
+def test_recording_keeps_request_bodies_for_simulate(tmp_path: Any) -> None:
+    path = tmp_path / "rec.jsonl"
+    for h in make({"CONTEXT_PROXY_RECORD_ENABLED": "true", "CONTEXT_PROXY_RECORD_PATH": str(path)}):
+        h.router.post("/chat/completions").respond(200, json=completion("a1"))
+        h.chat([user("q1")])
+        h.chat([user("q1"), assistant("a1"), user("q2")], temperature=0)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [len(body["messages"]) for body in lines] == [1, 3]
+    assert lines[1]["temperature"] == 0
+    assert "sk-client-one" not in path.read_text()

@@ -351,3 +351,25 @@ def test_example_config_documents_every_key_and_loads() -> None:
         for name in cls.__dataclass_fields__:
             assert name in data[section], f"{section}.{name} missing from config.example.toml"
     assert load_settings(example).reduction.strategy == "summarize"
+
+
+def test_json_logs_carry_the_access_fields() -> None:
+    from proxy.logs import JSONFormatter
+
+    record = logging.LogRecord(
+        "context_proxy.access", logging.INFO, "x", 1, "chat %s", ("c1",), None
+    )
+    record.conversation = "c1"
+    record.tokens_in = 42
+    entry = orjson.loads(JSONFormatter().format(record))
+    assert entry["message"] == "chat c1" and entry["level"] == "info"
+    assert entry["conversation"] == "c1" and entry["tokens_in"] == 42
+
+
+def test_readme_configuration_reference_matches_the_settings() -> None:
+    from proxy.configdoc import reference
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- config-reference:start")
+    body = readme[readme.index("\n", start) + 1 : readme.index("<!-- config-reference:end")]
+    assert body.strip() == reference().strip(), "run `context-proxy config-doc` into README.md"
