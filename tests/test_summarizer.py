@@ -1,0 +1,118 @@
+"""The summariser: prompt, chunking of spans larger than its window, failures, circuit breaker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from proxy.reduction.types import SummaryRequest
+from proxy.summarizer import (
+    SUMMARY_PROMPT,
+    CircuitBreaker,
+    Summarizer,
+    SummarizerUnavailable,
+    transcript,
+)
+
+from .factories import assistant, call, tool, user
+
+
+def answering(calls: list[dict[str, Any]], status: int = 200, content: Any = "SUM") -> Any:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        calls.append(body)
+        if status != 200:
+            return httpx.Response(status, json={"error": {"message": "down"}})
+        text = content if content != "SUM" else f"SUM{len(calls)}"
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": text}}], "usage": {"total_tokens": 10}}
+        )
+
+    return handler
+
+
+def summarizer(
+    handler: Any, window: int = 100_000, breaker: CircuitBreaker | None = None, model: str = ""
+) -> Summarizer:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return Summarizer(
+        client,
+        base_url="http://up/v1",
+        model=model,
+        timeout_s=5,
+        window_tokens=window,
+        breaker=breaker,
+    )
+
+
+def test_transcript_quotes_roles_tool_calls_and_results() -> None:
+    text = transcript(
+        SummaryRequest(
+            "k",
+            (
+                user("book a flight"),
+                assistant(None, tool_calls=[call("c1", "search", '{"to": "Oslo"}')]),
+                tool("c1", "3 flights found"),
+            ),
+            previous=("The user lives in Bergen.",),
+        )
+    )
+    assert "The user lives in Bergen." in text
+    assert "user: book a flight" in text
+    assert 'search({"to": "Oslo"})' in text
+    assert "tool result (c1): 3 flights found" in text
+
+
+def test_a_summary_goes_to_the_configured_model_with_the_prompt() -> None:
+    calls: list[dict[str, Any]] = []
+    s = summarizer(answering(calls), model="gpt-4o-mini")
+    result = asyncio.run(
+        s.summarize(
+            SummaryRequest("k", (user("hi"),)),
+            model="gpt-4o",
+            headers={"authorization": "Bearer sk"},
+        )
+    )
+    assert result.text == "SUM1" and result.tokens == 10
+    assert calls[0]["model"] == "gpt-4o-mini"
+    assert calls[0]["messages"][0] == {"role": "system", "content": SUMMARY_PROMPT}
+
+
+def test_a_span_larger_than_the_window_is_summarised_in_chunks_then_merged() -> None:
+    calls: list[dict[str, Any]] = []
+    s = summarizer(answering(calls), window=2_000)  # about 4,000 characters per call
+    span = tuple(user(f"fact {i}: " + "detail " * 100) for i in range(20))
+    result = asyncio.run(s.summarize(SummaryRequest("k", span), model="m", headers={}))
+    assert len(calls) > 2  # several chunks, then one merge
+    assert all(len(c["messages"][1]["content"]) <= 4_000 + 100 for c in calls)
+    merge = calls[-1]["messages"][1]["content"]
+    assert all(f"SUM{i}" in merge for i in range(1, len(calls)))
+    assert result.text == f"SUM{len(calls)}"
+
+
+@pytest.mark.parametrize(("status", "content"), [(500, "SUM"), (200, ""), (200, None)])
+def test_failures_and_empty_answers_raise_unavailable(status: int, content: Any) -> None:
+    s = summarizer(answering([], status=status, content=content))
+    with pytest.raises(SummarizerUnavailable):
+        asyncio.run(s.summarize(SummaryRequest("k", (user("hi"),)), model="m", headers={}))
+
+
+def test_the_breaker_opens_after_three_failures_and_half_opens_after_cooldown() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(threshold=3, cooldown_s=30, clock=lambda: now[0])
+    calls: list[dict[str, Any]] = []
+    s = summarizer(answering(calls, status=503), breaker=breaker)
+    request = SummaryRequest("k", (user("hi"),))
+    for _ in range(5):
+        with pytest.raises(SummarizerUnavailable):
+            asyncio.run(s.summarize(request, model="m", headers={}))
+    assert len(calls) == 3  # the last two were refused without a call
+    now[0] = 31.0
+    with pytest.raises(SummarizerUnavailable):
+        asyncio.run(s.summarize(request, model="m", headers={}))
+    assert len(calls) == 4  # one trial call after the cooldown, which failed again
+    assert breaker.open
