@@ -81,6 +81,7 @@ def create_app(
         try:
             yield {"ctx": ctx}
         finally:
+            await ctx.background.close()
             await client.aclose()
             if store is None:
                 await the_store.close()

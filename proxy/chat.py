@@ -28,7 +28,7 @@ from .intake import as_messages, check_content_type, parse_chat, read_body, rese
 from .messages import Message, chain_hashes, digest
 from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
-from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction
+from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction, SummaryRequest
 from .sse import StreamAssembler, message_from_completion
 from .store import Conflict, ConvKey, StoreError
 from .summarizer import SummarizerUnavailable
@@ -204,15 +204,16 @@ async def prepare(
     if strategy == "none":
         reduction = _unreduced(turn, tokens_in)
     else:
-        reduction, made, spent = await _reduce(ctx, turn, payload, strategy, headers, counts)
+        reduction, made, spent = await _reduce(ctx, key, turn, payload, strategy, headers, counts)
     if stateless:
         reduction = _with_kind(reduction, "stateless")
     ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
-    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless, version)
+    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless, version, model, headers)
 
 
 async def _reduce(
     ctx: AppContext,
+    key: ConvKey,
     turn: conv.Turn,
     payload: dict[str, Any],
     strategy: str,
@@ -228,11 +229,13 @@ async def _reduce(
     policy = ctx.policy(strategy)
     budget = ctx.budget(model, reserved_output(payload))
     try:
-        reduction = reduce(turn.working, policy, budget, count)
+        prepared = ctx.prepared.get(key) or {}
+        reduction = reduce(turn.working, policy, budget, count, prepared)
     except ContextTooLarge as exc:
         raise ProxyError(400, str(exc), param="messages", code="context_length_exceeded") from None
     made = spent = 0
     if reduction.summary_requests:
+        ctx.metrics.summary_waits.inc()
         try:
             texts: dict[str, str] = {}
             results = await asyncio.gather(
@@ -246,7 +249,7 @@ async def _reduce(
                 spent += result.tokens
             made = len(results)
             ctx.metrics.summaries_made.inc(made)
-            reduction = reduce(turn.working, policy, budget, count, texts)
+            reduction = reduce(turn.working, policy, budget, count, {**prepared, **texts})
         except SummarizerUnavailable as exc:
             ctx.metrics.summarizer_failures.inc()
             log.warning("summarizer failed (%s); forwarding a window reduction", exc)
@@ -284,15 +287,24 @@ async def send(ctx: AppContext, body: dict[str, Any], headers: dict[str, str]) -
 async def relay(
     ctx: AppContext, response: httpx.Response, outcome: Outcome, release: Callable[[], None]
 ) -> AsyncIterator[bytes]:
-    """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
+    """Yield the upstream's bytes as they come; commit the turn when the answer completed.
+
+    The commit happens before the chunk carrying `[DONE]` is passed on: SDKs
+    return to the app at `[DONE]`, and the app's next turn must find this one
+    stored.
+    """
     assembler = StreamAssembler()
     ctx.metrics.active_streams.inc()
+    committed = False
     try:
         async for chunk in response.aiter_raw():
             assembler.feed(chunk)
+            if assembler.done and not committed and assembler.complete:
+                committed = True
+                await commit(ctx, outcome, assembler.message())
             yield chunk
         assembler.close()
-        if assembler.complete:
+        if assembler.complete and not committed:
             await commit(ctx, outcome, assembler.message())
     except httpx.HTTPError as exc:
         # Headers are gone already; end the stream with an OpenAI-style error event.
@@ -309,6 +321,7 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
     for _ in range(MAX_REBASES):
         try:
             await ctx.store.commit(turn_commit(outcome, answer, time.time()))
+            prepare_next(ctx, outcome)
             return
         except Conflict:
             try:
@@ -324,6 +337,34 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
             return
     ctx.metrics.store_errors.labels("commit").inc()
     log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
+
+
+def prepare_next(ctx: AppContext, outcome: Outcome) -> None:
+    """Summarise what the next reduction will evict, now that the client has its answer."""
+    if not outcome.reduction.prepare:
+        return
+    # One preparation per stretch between reductions: the span grows every turn,
+    # and the first one prepared is enough to spare the crossing turn its wait.
+    state = outcome.reduction.state
+    stretch = (state.tail_start, len(state.summaries))
+    if ctx.prepared_for.get(outcome.key) == stretch:
+        return
+    if ctx.background.spawn(outcome.key, _prepare(ctx, outcome, outcome.reduction.prepare[0])):
+        ctx.prepared_for[outcome.key] = stretch
+
+
+async def _prepare(ctx: AppContext, outcome: Outcome, request: SummaryRequest) -> None:
+    try:
+        result = await ctx.summarizer.summarize(
+            request, model=outcome.model, headers=dict(outcome.upstream_headers)
+        )
+    except SummarizerUnavailable as exc:
+        ctx.metrics.summarizer_failures.inc()
+        log.info("background summary of %s failed (%s)", outcome.key.conversation, exc)
+        return
+    # Earlier entries describe spans a finished reduction already replaced.
+    ctx.prepared[outcome.key] = {request.key: result.text}
+    ctx.metrics.summaries_prepared.inc()
 
 
 def _json(content: bytes) -> Any:

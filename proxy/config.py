@@ -99,6 +99,11 @@ class ReductionSettings:
     summarizer_base_url: str = _doc(
         "Where summaries are requested; empty: upstream.base_url.", default=""
     )
+    prepare_ratio: float = _doc(
+        "summarize: past this share of the trigger, the next summary is prepared in the "
+        "background after the response, so the crossing turn does not wait; 0 disables.",
+        default=0.85,
+    )
     summarizer_timeout_s: float = _doc(
         "A summary slower than this falls back to a window.", default=60.0
     )
@@ -300,6 +305,7 @@ def _validate(s: Settings) -> None:
     check(r.strategy in STRATEGIES, "reduction.strategy", f"must be one of {STRATEGIES}")
     check(0 <= r.trigger_ratio <= 1, "reduction.trigger_ratio", "must be within [0, 1]")
     check(0 < r.keep_recent_ratio < 1, "reduction.keep_recent_ratio", "must be within (0, 1)")
+    check(0 <= r.prepare_ratio < 1, "reduction.prepare_ratio", "must be within [0, 1)")
     check(r.target_messages >= 1, "reduction.target_messages", "must be at least 1")
     check(r.threshold_messages >= 0, "reduction.threshold_messages", "must be >= 0")
     check(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Hashable
+from collections.abc import Coroutine, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
+from cachetools import TTLCache
 
 from .config import Settings
 from .metrics import Metrics
@@ -39,6 +41,33 @@ class KeyedLocks:
         return lock
 
 
+class Background:
+    """Summaries prepared after a response: tracked, one per conversation, bounded in all.
+
+    At shutdown every task still running is cancelled (`close`), so no
+    summariser call outlives the app.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._tasks: dict[Hashable, asyncio.Task[None]] = {}
+
+    def spawn(self, key: Hashable, work: Coroutine[Any, Any, None]) -> bool:
+        if key in self._tasks or len(self._tasks) >= self.limit:
+            work.close()
+            return False
+        task = asyncio.create_task(work)
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        return True
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 @dataclass
 class AppContext:
     settings: Settings
@@ -49,6 +78,15 @@ class AppContext:
     metrics: Metrics
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     recorder: Recorder | None = None
+    background: Background = field(default_factory=Background)
+    # Summaries prepared in the background, per conversation: {request key: text}.
+    prepared: TTLCache[Hashable, dict[str, str]] = field(
+        default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
+    )
+    # The stretch between reductions each conversation last prepared a summary for.
+    prepared_for: TTLCache[Hashable, tuple[int, int]] = field(
+        default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
+    )
 
     def policy(self, strategy: str) -> Policy:
         r = self.settings.reduction
@@ -57,6 +95,7 @@ class AppContext:
             single_summary=r.single_summary,
             repair_tool_chains=r.repair_tool_chains,
             summarize_by=r.summarize_by,
+            prepare_ratio=r.prepare_ratio,
             pinned_prefixes=r.pinned_prefixes,
         )
 

@@ -45,6 +45,12 @@ class Metrics:
         self.summaries_reused = Counter(
             "context_proxy_summaries_reused", "Turns that forwarded a stored summary.", registry=r
         )
+        self.summary_waits = Counter(
+            "context_proxy_summary_waits", "Turns that waited on a summariser call.", registry=r
+        )
+        self.summaries_prepared = Counter(
+            "context_proxy_summaries_prepared", "Summaries prepared in the background.", registry=r
+        )
         self.summarizer_failures = Counter(
             "context_proxy_summarizer_failures",
             "Summariser calls that failed or were skipped.",

@@ -5,7 +5,8 @@ Pure: the app decides when to write; these functions decide what.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from . import conversation as conv
 from .messages import Message, message_hash
@@ -28,6 +29,9 @@ class Outcome:
     summarizer_tokens: int
     stateless: bool
     version: int | None = None
+    # For summaries prepared after the response, with the client's own credentials.
+    model: str = ""
+    upstream_headers: Mapping[str, str] = field(default_factory=dict)
 
     def headers(self) -> dict[str, str]:
         return {

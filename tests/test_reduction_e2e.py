@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -152,6 +153,7 @@ def test_300_turns_keep_every_invariant(
         app = App(url + "/v1", append)
         for i in range(300):
             app.turn(i)
+        metrics = httpx.get(url + "/metrics").text
     forwarded = [r["messages"] for r in upstream.chat_requests()]
     for request in forwarded:
         check_invariants(request, counter)
@@ -160,6 +162,16 @@ def test_300_turns_keep_every_invariant(
     if strategy in STRATEGIES:
         assert prefix_share(forwarded) >= 0.85, prefix_share(forwarded)
     assert "fallback" not in ",".join(app.kinds)
+    if strategy == "summarize":
+        # Summaries are prepared after a response, so crossing turns do not wait.
+        waits = metric(metrics, "context_proxy_summary_waits_total")
+        assert metric(metrics, "context_proxy_summaries_prepared_total") >= 1
+        assert waits <= 0.05 * turns, waits
+
+
+def metric(text: str, name: str) -> float:
+    line = next(line for line in text.splitlines() if line.startswith(name + " "))
+    return float(line.split()[1])
 
 
 def test_edit_of_a_summarised_message_never_forwards_the_stale_summary(

@@ -89,7 +89,9 @@ def test_every_strategy_but_none_forwards_less_of_the_sample() -> None:
     assert runs["summarize"].summary_calls >= 1
     assert runs["none"].summary_calls == runs["tokens"].summary_calls == 0
     summarized = [r for r in runs["summarize"].requests if "summarized" in r.kinds]
-    assert len(summarized) == runs["summarize"].summary_calls
+    # Each reduction uses one summary; the summary prepared in the background for the
+    # next reduction may still be unused when the transcript ends.
+    assert len(summarized) <= runs["summarize"].summary_calls <= len(summarized) + 1
     assert max(r.tokens_out for r in runs["summarize"].requests) <= 0.7 * 4000
 
 

@@ -18,6 +18,13 @@ every turn.
   `previous` and its answer replaces every block; otherwise the answer is
   appended as one more layer.
 
+Summaries off the critical path: past `policy.prepare_ratio` of the limit an
+under-threshold turn also returns, in `prepare`, the request it would make
+if it reduced now; the caller summarises it in the background and passes
+the text in `summaries` on later turns. When the trigger is crossed and the
+full eviction's summary is not at hand, the largest prepared eviction whose
+kept part still fits is used instead, so the crossing turn does not wait.
+
 Without the summary text the result is a plain window (old blocks, which
 still describe what precedes them, plus the kept tail) and carries the
 request; called again with the text, the same decision yields the summary
@@ -27,8 +34,10 @@ without a request, so a working answer never turns into an error).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
+from ..messages import Message
 from .layout import Context, finish, keep_messages_drop, keep_tokens_drop, summary_key
 from .types import ContextTooLarge, Reduction, SummaryBlock, SummaryRequest
 
@@ -49,12 +58,24 @@ def reduce_summarize(ctx: Context) -> Reduction:
         drop = keep_tokens_drop(ctx.sizes, ctx.active, budget.keep_recent)
     if by_count:
         drop = max(drop, keep_messages_drop(ctx.units, ctx.active, budget.target_messages))
-    if drop == 0:
-        return finish(ctx, blocks=blocks, kinds=reused, reason="under threshold")
-
-    evicted = tuple(m for u in ctx.units[:drop] for m in u.messages)
-    covers = state.tail_start + len(evicted)
     previous = tuple(b.text for b in blocks) if policy.single_summary else ()
+    if drop == 0:
+        under = finish(ctx, blocks=blocks, kinds=reused, reason="under threshold")
+        soon = policy.prepare_ratio > 0 and total > policy.prepare_ratio * budget.limit
+        if soon and policy.summarize_by != "messages":
+            ahead = keep_tokens_drop(ctx.sizes, ctx.active, budget.keep_recent)
+            if ahead > 0:
+                evicted = _evicted(ctx, ahead)
+                under = replace(
+                    under,
+                    prepare=(SummaryRequest(summary_key(previous, evicted), evicted, previous),),
+                )
+        return under
+
+    if summary_key(previous, _evicted(ctx, drop)) not in ctx.summaries and ctx.summaries:
+        drop = _prepared_drop(ctx, drop, previous, total - sum(ctx.sizes))
+    evicted = _evicted(ctx, drop)
+    covers = state.tail_start + len(evicted)
     key = summary_key(previous, evicted)
     why = f"{len(evicted)} messages evicted ({'tokens' if by_tokens else 'messages'} trigger)"
     text = ctx.summaries.get(key)
@@ -71,3 +92,21 @@ def reduce_summarize(ctx: Context) -> Reduction:
         )
     except ContextTooLarge:
         return window(reason=why + ", but the summary itself does not fit")
+
+
+def _evicted(ctx: Context, drop: int) -> tuple[Message, ...]:
+    return tuple(m for u in ctx.units[:drop] for m in u.messages)
+
+
+def _prepared_drop(ctx: Context, drop: int, previous: tuple[str, ...], head: int) -> int:
+    """The largest smaller eviction whose summary was prepared and whose kept part fits.
+
+    Scanned only on the rare turns that cross the trigger; fewer evicted
+    units mean a larger kept part, so the scan stops once that stops fitting.
+    """
+    for d in range(drop - 1, 0, -1):
+        if head + sum(ctx.sizes[d:]) > ctx.budget.limit:
+            break
+        if summary_key(previous, _evicted(ctx, d)) in ctx.summaries:
+            return d
+    return drop

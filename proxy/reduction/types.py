@@ -92,6 +92,10 @@ class Policy:
     # Messages whose text starts with one of these are pinned context injections
     # that the `filter` strategy always keeps.
     pinned_prefixes: tuple[str, ...] = ("SYSTEM CONTEXT (JSON):",)
+    # `summarize`: past this share of `budget.limit`, ask the caller to prepare the
+    # next summary in the background (`Reduction.prepare`) so the turn that crosses
+    # the trigger finds it ready. 0 disables.
+    prepare_ratio: float = 0.85
 
 
 @dataclass(frozen=True)
@@ -155,3 +159,5 @@ class Reduction:
     dropped: int = 0
     summary_requests: tuple[SummaryRequest, ...] = ()
     reason: str = ""
+    # Summaries worth preparing off the critical path; the answer changes nothing now.
+    prepare: tuple[SummaryRequest, ...] = ()
