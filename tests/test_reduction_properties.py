@@ -142,7 +142,7 @@ def assert_invariants(
         assert mandatory > budget.limit
 
 
-def run(
+def check_reduction(
     working: Working, policy: Policy, budget: Budget, *, valid: bool, summariser_ok: bool = True
 ) -> Reduction | None:
     try:
@@ -173,7 +173,7 @@ def test_every_strategy_keeps_the_invariants(
     conv: tuple[list[Message], list[Message]], policy: Policy, budget: Budget
 ) -> None:
     leading, body = conv
-    run(Working(tuple(leading), tuple(body)), policy, budget, valid=True)
+    check_reduction(Working(tuple(leading), tuple(body)), policy, budget, valid=True)
 
 
 @FAST
@@ -182,7 +182,7 @@ def test_repair_makes_every_forwarded_request_valid(
     conv: tuple[list[Message], list[Message]], policy: Policy, budget: Budget
 ) -> None:
     leading, body = conv
-    run(Working(tuple(leading), tuple(body)), policy, budget, valid=False)
+    check_reduction(Working(tuple(leading), tuple(body)), policy, budget, valid=False)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -209,7 +209,7 @@ def test_forwarded_request_extends_the_previous_one_until_a_threshold_is_crossed
     previous: Reduction | None = None
     for turn, ok in enumerate(summariser_ok):
         working = Working(tuple(leading), tail, state)
-        red = run(working, policy, budget, valid=True, summariser_ok=ok)
+        red = check_reduction(working, policy, budget, valid=True, summariser_ok=ok)
         if red is None:
             return
         reduced = {"summarized", "windowed", "filtered", "truncated"} & set(red.kinds)
