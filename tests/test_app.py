@@ -355,3 +355,21 @@ def test_recording_keeps_request_bodies_for_simulate(tmp_path: Any) -> None:
     assert [len(body["messages"]) for body in lines] == [1, 3]
     assert lines[1]["temperature"] == 0
     assert "sk-client-one" not in path.read_text()
+
+
+def test_admin_list_is_paginated_and_filtered_by_tenant() -> None:
+    for h in make({"CONTEXT_PROXY_AUTH_ADMIN_TOKEN": "adm"}):
+        h.router.post("/chat/completions").respond(200, json=completion("a"))
+        for i in range(5):
+            h.chat([user(f"q{i}")], headers={"X-Conversation-Id": f"list-{i}"})
+        admin = {"Authorization": "Bearer adm"}
+        assert h.client.get("/admin/conversations").status_code == 401
+        page1 = h.client.get("/admin/conversations?limit=3", headers=admin).json()
+        page2 = h.client.get("/admin/conversations?limit=3&offset=3", headers=admin).json()
+        ids = [c["id"] for c in page1["data"] + page2["data"]]
+        assert len(page1["data"]) == 3 and sorted(ids) == [f"list-{i}" for i in range(5)]
+        other = h.client.get(
+            f"/admin/conversations?tenant={tenant_of('sk-nobody')}", headers=admin
+        ).json()
+        assert other["data"] == []
+        assert h.client.get("/admin/conversations?limit=0", headers=admin).status_code == 400
