@@ -22,10 +22,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from . import conversation as conv
+from . import recall
 from .context import AppContext
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .messages import Message, chain_hashes, digest
+from .messages import Message, chain_hashes, digest, last_user_index, text_of
 from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
 from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction, SummaryRequest
@@ -205,10 +206,15 @@ async def prepare(
         reduction = _unreduced(turn, tokens_in)
     else:
         reduction, made, spent = await _reduce(ctx, key, turn, payload, strategy, headers, counts)
+    recalled: int | None = None
+    if ctx.settings.recall.enabled:
+        reduction, recalled = await _recall(ctx, key, reduction, payload)
     if stateless:
         reduction = _with_kind(reduction, "stateless")
     ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
-    return Outcome(key, turn, reduction, tokens_in, made, spent, stateless, version, model, headers)
+    return Outcome(
+        key, turn, reduction, tokens_in, made, spent, stateless, version, model, headers, recalled
+    )
 
 
 async def _reduce(
@@ -255,6 +261,36 @@ async def _reduce(
             log.warning("summarizer failed (%s); forwarding a window reduction", exc)
             reduction = _with_kind(reduction, "fallback")
     return reduction, made, spent
+
+
+async def _recall(
+    ctx: AppContext, key: ConvKey, reduction: Reduction, payload: dict[str, Any]
+) -> tuple[Reduction, int]:
+    """Quote archived messages relevant to the question, within the recall and history budgets."""
+    at = last_user_index(reduction.messages)
+    if at < 0:
+        return reduction, 0
+    try:
+        archived = await ctx.store.archive(key, limit=10_000)
+    except StoreError:
+        ctx.metrics.store_errors.labels("archive").inc()
+        return reduction, 0
+    settings, model = ctx.settings.recall, str(payload["model"])
+    forwarded = {text_of(m).strip() for m in reduction.messages}
+    pool = recall.candidates_from([a.message for a in archived], forwarded)
+    found = recall.rank(text_of(reduction.messages[at]), pool, settings.k)
+    limit = ctx.budget(model, reserved_output(payload)).limit
+    while found:
+        content = recall.quote(found, max_chars=max(200, settings.max_tokens * 4 // len(found)))
+        extra = ctx.counter.count_message(model, {"role": "system", "content": content})
+        if extra <= settings.max_tokens and reduction.tokens_out + extra <= limit:
+            ctx.metrics.recall_hits.inc(len(found))
+            messages = tuple(recall.inject(reduction.messages, content))
+            return dataclasses.replace(
+                reduction, messages=messages, tokens_out=reduction.tokens_out + extra
+            ), len(found)
+        found = found[:-1]
+    return reduction, 0
 
 
 def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:

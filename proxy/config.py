@@ -119,7 +119,9 @@ class RecallSettings:
         "Bring back archived messages relevant to the current question.", default=False
     )
     k: int = _doc("How many archived messages at most.", default=3)
-    method: str = _doc("lexical | embeddings.", default="lexical")
+    method: str = _doc(
+        "lexical (BM25 over the archive); embeddings is not available yet.", default="lexical"
+    )
     embedding_model: str = _doc("Model for embeddings recall.", default="text-embedding-3-small")
     max_tokens: int = _doc("Token cap of the recalled block.", default=2000)
 
@@ -322,6 +324,11 @@ def _validate(s: Settings) -> None:
         s.recall.method in ("lexical", "embeddings"),
         "recall.method",
         "must be lexical or embeddings",
+    )
+    check(
+        not (s.recall.enabled and s.recall.method == "embeddings"),
+        "recall.method",
+        "embeddings recall is not available yet; use lexical",
     )
     check(s.models.default_context_tokens > 0, "models.default_context_tokens", "must be positive")
     for model, window in s.models.windows.items():

@@ -32,6 +32,7 @@ class Outcome:
     # For summaries prepared after the response, with the client's own credentials.
     model: str = ""
     upstream_headers: Mapping[str, str] = field(default_factory=dict)
+    recalled: int | None = None  # None when recall is off
 
     def headers(self) -> dict[str, str]:
         return {
@@ -39,7 +40,7 @@ class Outcome:
             "x-context-reduction": ",".join(self.reduction.kinds),
             "x-context-tokens-in": str(self.tokens_in),
             "x-context-tokens-out": str(self.reduction.tokens_out),
-        }
+        } | ({} if self.recalled is None else {"x-context-recall": str(self.recalled)})
 
 
 def turn_commit(outcome: Outcome, answer: Message, now: float) -> TurnCommit:
