@@ -2,11 +2,12 @@
 
 Pure ranking and placement; the app fetches candidates and decides the budget.
 Ranking is Okapi BM25 over the conversation's archived messages that are not
-forwarded this turn. A relevance floor (at least two distinct query terms
-matched, or the only one when the question has one) keeps unrelated questions
-from injecting anything. The recalled messages are quoted as text in one
-`system` message placed right before the last user message, so tool-chain
-integrity holds and the previous turn's cached prefix survives.
+forwarded this turn. A relevance floor keeps unrelated questions from
+injecting anything: at least two distinct query terms matched (or the only
+one), carrying at least half of the question's IDF weight, so a question that
+shares only common words with earlier turns recalls nothing. The recalled
+messages are quoted as text in one `system` message placed right before the
+last user message, so tool-chain integrity holds and the previous turn's cached prefix survives.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from .messages import Message, last_user_index, role, text_of
 
 HEADER = "Earlier messages that may be relevant:"
 K1, B = 1.5, 0.75
-_WORD = re.compile(r"[^\W_]{3,}", re.UNICODE)
+MATCHED_SHARE = 0.5
+_WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
 STOPWORDS = frozenset(
     [
         "the",
@@ -107,18 +109,21 @@ def rank(query: str, candidates: Sequence[Candidate], k: int) -> list[Candidate]
     docs = [Counter(terms(c.text)) for c in candidates]
     avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
     df = Counter(t for d in docs for t in wanted if t in d)
+    idf = {t: math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5)) for t in wanted}
+    weight = sum(idf.values())
     floor = min(2, len(wanted))
     scored: list[tuple[float, int]] = []
     for i, doc in enumerate(docs):
         matched = [t for t in wanted if t in doc]
-        if len(matched) < floor:
+        # Matching many common words ("day", "trip") is not relevance: the matched
+        # terms must carry at least MATCHED_SHARE of the question's IDF weight.
+        if len(matched) < floor or sum(idf[t] for t in matched) < MATCHED_SHARE * weight:
             continue
         length = sum(doc.values())
         score = 0.0
         for t in matched:
-            idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
             tf = doc[t]
-            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avg))
+            score += idf[t] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avg))
         scored.append((score, i))
     scored.sort(key=lambda item: (-item[0], -candidates[item[1]].turn))
     return [candidates[i] for _, i in scored[:k]]
