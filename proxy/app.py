@@ -22,6 +22,7 @@ from .chat import authorize, chat_completions
 from .config import Settings
 from .context import AppContext
 from .conversation import tenant_of
+from .embeddings import Embedder
 from .errors import ProxyError, error_body
 from .intake import too_large
 from .metrics import Metrics, RequestMetrics
@@ -78,6 +79,13 @@ def create_app(
         )
         if settings.record.enabled:
             ctx.recorder = Recorder(settings.record.path)
+        if settings.recall.enabled and settings.recall.method == "embeddings":
+            ctx.embedder = Embedder(
+                client,
+                base_url=settings.upstream.base_url,
+                model=settings.recall.embedding_model,
+                timeout_s=r.summarizer_timeout_s,
+            )
         try:
             yield {"ctx": ctx}
         finally:

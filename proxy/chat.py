@@ -24,9 +24,10 @@ from starlette.responses import Response, StreamingResponse
 from . import conversation as conv
 from . import recall
 from .context import AppContext
+from .embeddings import Embedder, EmbeddingsUnavailable, embed_pending
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .messages import Message, chain_hashes, digest, last_user_index, text_of
+from .messages import Message, chain_hashes, digest, last_user_index, role, text_of
 from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
 from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction, SummaryRequest
@@ -41,6 +42,10 @@ from .upstream import (
     transport_error,
     upstream_url,
 )
+
+# Embeddings recall: an archived message must be this much more similar to the
+# question (cosine) than everything forwarded, or the context already covers it.
+SIMILARITY_MARGIN = 0.05
 
 log = logging.getLogger("context_proxy.chat")
 access = logging.getLogger("context_proxy.access")
@@ -208,7 +213,7 @@ async def prepare(
         reduction, made, spent = await _reduce(ctx, key, turn, payload, strategy, headers, counts)
     recalled: int | None = None
     if ctx.settings.recall.enabled:
-        reduction, recalled = await _recall(ctx, key, reduction, payload)
+        reduction, recalled = await _recall(ctx, key, reduction, payload, headers)
     if stateless:
         reduction = _with_kind(reduction, "stateless")
     ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
@@ -264,33 +269,97 @@ async def _reduce(
 
 
 async def _recall(
-    ctx: AppContext, key: ConvKey, reduction: Reduction, payload: dict[str, Any]
+    ctx: AppContext,
+    key: ConvKey,
+    reduction: Reduction,
+    payload: dict[str, Any],
+    headers: dict[str, str],
 ) -> tuple[Reduction, int]:
-    """Quote archived messages relevant to the question, within the recall and history budgets."""
+    """Quote archived messages relevant to the question, within the recall and history budgets.
+
+    The question is searched once, on the request that ends with it; the
+    requests that follow within the same turn (tool results) repeat that
+    block verbatim, so the turn's requests share their prefix. Recall is an
+    extra: a store or embeddings failure costs this turn its recall, never
+    the request.
+    """
     at = last_user_index(reduction.messages)
     if at < 0:
         return reduction, 0
-    try:
-        archived = await ctx.store.archive(key, limit=10_000)
-    except StoreError:
-        ctx.metrics.store_errors.labels("archive").inc()
+    model = str(payload["model"])
+    room = ctx.budget(model, reserved_output(payload)).limit - reduction.tokens_out
+    asked = digest(reduction.messages[at])
+    cached = ctx.recalled.get(key)
+    if at < len(reduction.messages) - 1 and cached is not None and cached[0] == asked:
+        content, found = cached[1], cached[2]
+    else:
+        content, found = await _search(ctx, key, reduction, at, model, headers, room)
+        ctx.recalled[key] = (asked, content, found)
+    if not found:
         return reduction, 0
-    settings, model = ctx.settings.recall, str(payload["model"])
-    forwarded = {text_of(m).strip() for m in reduction.messages}
-    pool = recall.candidates_from([a.message for a in archived], forwarded)
-    found = recall.rank(text_of(reduction.messages[at]), pool, settings.k)
-    limit = ctx.budget(model, reserved_output(payload)).limit
+    extra = ctx.counter.count_message(model, {"role": "system", "content": content})
+    if extra > room:  # tool results since the turn's first request filled the budget
+        return reduction, 0
+    ctx.metrics.recall_hits.inc(found)
+    messages = tuple(recall.inject(reduction.messages, content))
+    return dataclasses.replace(
+        reduction, messages=messages, tokens_out=reduction.tokens_out + extra
+    ), found
+
+
+async def _search(
+    ctx: AppContext,
+    key: ConvKey,
+    reduction: Reduction,
+    at: int,
+    model: str,
+    headers: dict[str, str],
+    room: int,
+) -> tuple[str, int]:
+    """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
+
+    The block holds as many of the best hits as fit both `recall.max_tokens`
+    and the `room` the history budget leaves.
+    """
+    if room <= 0:
+        return "", 0
+    settings = ctx.settings.recall
+    question = text_of(reduction.messages[at])
+    # Forwarded messages may rank first; ask for enough to skip them all.
+    limit = min(settings.k + len(reduction.messages), 1000)
+    try:
+        if ctx.embedder is not None:
+            (vector,) = await ctx.embedder.embed([question], headers)
+            hits = await ctx.store.nearest(
+                key,
+                ctx.embedder.model,
+                vector,
+                limit=limit,
+                min_similarity=settings.min_similarity,
+            )
+        else:
+            hits = await ctx.store.search(key, recall.words(question), limit=limit)
+    except EmbeddingsUnavailable as exc:
+        ctx.metrics.embeddings.labels("failed").inc()
+        log.info("no recall for %s: embedding the question failed (%s)", key.conversation, exc)
+        return "", 0
+    except StoreError:
+        ctx.metrics.store_errors.labels("search").inc()
+        return "", 0
+    context = [
+        text_of(m).strip()
+        for i, m in enumerate(reduction.messages)
+        if i != at and role(m) in ("user", "assistant", "tool")
+    ]
+    margin = SIMILARITY_MARGIN if ctx.embedder is not None else 0.0
+    found = recall.fresh(hits, question, context, settings.k, margin)
     while found:
         content = recall.quote(found, max_chars=max(200, settings.max_tokens * 4 // len(found)))
-        extra = ctx.counter.count_message(model, {"role": "system", "content": content})
-        if extra <= settings.max_tokens and reduction.tokens_out + extra <= limit:
-            ctx.metrics.recall_hits.inc(len(found))
-            messages = tuple(recall.inject(reduction.messages, content))
-            return dataclasses.replace(
-                reduction, messages=messages, tokens_out=reduction.tokens_out + extra
-            ), len(found)
+        tokens = ctx.counter.count_message(model, {"role": "system", "content": content})
+        if tokens <= min(settings.max_tokens, room):
+            return content, len(found)
         found = found[:-1]
-    return reduction, 0
+    return "", 0
 
 
 def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:
@@ -358,6 +427,7 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
         try:
             await ctx.store.commit(turn_commit(outcome, answer, time.time()))
             prepare_next(ctx, outcome)
+            embed_next(ctx, outcome)
             return
         except Conflict:
             try:
@@ -387,6 +457,25 @@ def prepare_next(ctx: AppContext, outcome: Outcome) -> None:
         return
     if ctx.background.spawn(outcome.key, _prepare(ctx, outcome, outcome.reduction.prepare[0])):
         ctx.prepared_for[outcome.key] = stretch
+
+
+def embed_next(ctx: AppContext, outcome: Outcome) -> None:
+    """Embed what this turn archived, after the response, for the next turns' recall."""
+    if ctx.embedder is not None:
+        ctx.background.spawn(("embed", outcome.key), _embed(ctx, ctx.embedder, outcome))
+
+
+async def _embed(ctx: AppContext, embedder: Embedder, outcome: Outcome) -> None:
+    try:
+        done, failed = await embed_pending(
+            embedder, ctx.store, outcome.key, outcome.upstream_headers
+        )
+    except StoreError as exc:
+        ctx.metrics.store_errors.labels("embeddings").inc()
+        log.info("could not store embeddings of %s: %s", outcome.key.conversation, exc)
+        return
+    ctx.metrics.embeddings.labels("ok").inc(done)
+    ctx.metrics.embeddings.labels("failed").inc(failed)
 
 
 async def _prepare(ctx: AppContext, outcome: Outcome, request: SummaryRequest) -> None:

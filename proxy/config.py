@@ -120,9 +120,15 @@ class RecallSettings:
     )
     k: int = _doc("How many archived messages at most.", default=3)
     method: str = _doc(
-        "lexical (BM25 over the archive); embeddings is not available yet.", default="lexical"
+        "lexical: SQLite FTS5 BM25 over the archive, no extra calls. embeddings: vectors "
+        "from the upstream's /v1/embeddings with the client's key, computed in the "
+        "background after each turn, plus one call per question.",
+        default="lexical",
     )
     embedding_model: str = _doc("Model for embeddings recall.", default="text-embedding-3-small")
+    min_similarity: float = _doc(
+        "embeddings: cosine similarity a message needs to be recalled.", default=0.35
+    )
     max_tokens: int = _doc("Token cap of the recalled block.", default=2000)
 
 
@@ -325,11 +331,10 @@ def _validate(s: Settings) -> None:
         "recall.method",
         "must be lexical or embeddings",
     )
-    check(
-        not (s.recall.enabled and s.recall.method == "embeddings"),
-        "recall.method",
-        "embeddings recall is not available yet; use lexical",
-    )
+    check(s.recall.k > 0, "recall.k", "must be positive")
+    check(s.recall.max_tokens > 0, "recall.max_tokens", "must be positive")
+    check(-1.0 <= s.recall.min_similarity <= 1.0, "recall.min_similarity", "must be in [-1, 1]")
+    check(bool(s.recall.embedding_model), "recall.embedding_model", "must not be empty")
     check(s.models.default_context_tokens > 0, "models.default_context_tokens", "must be positive")
     for model, window in s.models.windows.items():
         check(window > 0, f"models.{model}", "must be positive")

@@ -12,6 +12,7 @@ import httpx
 from cachetools import TTLCache
 
 from .config import Settings
+from .embeddings import Embedder
 from .metrics import Metrics
 from .models import context_window
 from .record import Recorder
@@ -76,6 +77,7 @@ class AppContext:
     counter: TokenCounter
     summarizer: Summarizer
     metrics: Metrics
+    embedder: Embedder | None = None  # set when recall uses embeddings
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     recorder: Recorder | None = None
     background: Background = field(default_factory=Background)
@@ -85,6 +87,12 @@ class AppContext:
     )
     # The stretch between reductions each conversation last prepared a summary for.
     prepared_for: TTLCache[Hashable, tuple[int, int]] = field(
+        default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
+    )
+
+    # The recall block each conversation's current question got: (question digest,
+    # block, hits), so the tool-result requests of the same turn repeat it verbatim.
+    recalled: TTLCache[Hashable, tuple[bytes, str, int]] = field(
         default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
     )
 

@@ -65,6 +65,12 @@ class Metrics:
         self.recall_hits = Counter(
             "context_proxy_recall_hits", "Archived messages brought back by recall.", registry=r
         )
+        self.embeddings = Counter(
+            "context_proxy_embeddings",
+            "Messages embedded for recall, by outcome (ok, failed).",
+            ["outcome"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,28 +1,22 @@
 """Recall: archived messages a reduction took out come back when the question returns to them.
 
-Pure ranking and placement; the app fetches candidates and decides the budget.
-Ranking is Okapi BM25 over the conversation's archived messages that are not
-forwarded this turn. A relevance floor keeps unrelated questions from
-injecting anything: at least two distinct query terms matched (or the only
-one), carrying at least half of the question's IDF weight, so a question that
-shares only common words with earlier turns recalls nothing. The recalled
-messages are quoted as text in one `system` message placed right before the
-last user message, so tool-chain integrity holds and the previous turn's cached prefix survives.
+Pure query-building, selection and placement. The store ranks (FTS5 BM25 or
+stored embeddings, with their relevance floors, in `proxy.store.search`);
+the app decides the budget. Hits already forwarded this turn are dropped, and
+the rest are quoted as text in one `system` message placed right before the
+last user message: tool results become quotes, never raw `tool` messages, so
+tool-chain integrity holds, and the previous turn's cached prefix survives.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from .messages import Message, last_user_index, role, text_of
+from .messages import Message, last_user_index
+from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
-K1, B = 1.5, 0.75
-MATCHED_SHARE = 0.5
 _WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
 STOPWORDS = frozenset(
     [
@@ -80,60 +74,76 @@ STOPWORDS = frozenset(
 )
 
 
-def terms(text: str) -> list[str]:
-    return [stem(w) for w in (m.lower() for m in _WORD.findall(text)) if w not in STOPWORDS]
+def words(text: str) -> list[str]:
+    """The question's searchable words, lower-cased, without stopwords, each once.
+
+    No stemming here: FTS5's porter tokenizer stems both sides.
+    """
+    found = (m.lower() for m in _WORD.findall(text))
+    return list(dict.fromkeys(w for w in found if w not in STOPWORDS))
 
 
 def stem(word: str) -> str:
-    """A light suffix strip, so "expires" meets "expire" and "flights" meets "flight"."""
+    """A light suffix strip, so "expires" meets "expire" when comparing word sets here."""
     for suffix in ("ing", "ies", "ed", "es", "s", "e"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             return word[: -len(suffix)]
     return word
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """An archived message that is not forwarded this turn; `turn` counts user messages."""
-
-    turn: int
-    role: str
-    text: str
+def stems(text: str) -> frozenset[str]:
+    return frozenset(stem(w) for w in words(text))
 
 
-def rank(query: str, candidates: Sequence[Candidate], k: int) -> list[Candidate]:
-    """The `k` best candidates above the relevance floor, best first."""
-    wanted = set(terms(query))
-    if not wanted or not candidates or k <= 0:
-        return []
-    docs = [Counter(terms(c.text)) for c in candidates]
-    avg = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-    df = Counter(t for d in docs for t in wanted if t in d)
-    idf = {t: math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5)) for t in wanted}
-    weight = sum(idf.values())
-    floor = min(2, len(wanted))
-    scored: list[tuple[float, int]] = []
-    for i, doc in enumerate(docs):
-        matched = [t for t in wanted if t in doc]
-        # Matching many common words ("day", "trip") is not relevance: the matched
-        # terms must carry at least MATCHED_SHARE of the question's IDF weight.
-        if len(matched) < floor or sum(idf[t] for t in matched) < MATCHED_SHARE * weight:
+def fresh(
+    hits: Sequence[SearchHit],
+    question: str,
+    context: Sequence[str],
+    k: int,
+    margin: float = 0.0,
+) -> list[SearchHit]:
+    """The first `k` hits that tell the model something `context` does not already.
+
+    `hits` come best first; `context` holds the texts of the conversation
+    messages forwarded this turn, the question excluded. Recall exists to
+    bring back what the context lacks, so:
+
+    - hits that do not outscore every message the model already sees by
+      `margin` add nothing: the context answers to the question about as
+      well (the search ranks forwarded messages too, when the archive has them);
+    - a hit whose matched question words all appear in one forwarded message
+      is covered by it (a recurring question would otherwise recall its own
+      earlier instances every time);
+    - the question itself, and repeats of an earlier hit, are skipped.
+    """
+    wanted = stems(question)
+    covered = [stems(text) & wanted for text in context]
+    forwarded = set(context)
+    best_forwarded = max((h.score for h in hits if h.text in forwarded), default=None)
+    seen = {question.strip()}
+    chosen: list[SearchHit] = []
+    for hit in hits:
+        if best_forwarded is not None and hit.score < best_forwarded + margin:
+            break
+        if hit.text in forwarded:
             continue
-        length = sum(doc.values())
-        score = 0.0
-        for t in matched:
-            tf = doc[t]
-            score += idf[t] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avg))
-        scored.append((score, i))
-    scored.sort(key=lambda item: (-item[0], -candidates[item[1]].turn))
-    return [candidates[i] for _, i in scored[:k]]
+        if hit.text in seen:
+            continue
+        seen.add(hit.text)
+        matched = stems(hit.text) & wanted
+        if matched and any(matched <= words_in for words_in in covered):
+            continue
+        chosen.append(hit)
+        if len(chosen) == k:
+            break
+    return chosen
 
 
-def quote(candidates: Sequence[Candidate], max_chars: int) -> str:
+def quote(hits: Sequence[SearchHit], max_chars: int) -> str:
     lines = [HEADER]
-    for c in candidates:
-        text = c.text if len(c.text) <= max_chars else c.text[:max_chars] + " [...]"
-        lines.append(f"[turn {c.turn}, {c.role}] {text}")
+    for hit in hits:
+        text = hit.text if len(hit.text) <= max_chars else hit.text[:max_chars] + " [...]"
+        lines.append(f"[turn {hit.turn}, {hit.role}] {text}")
     return "\n".join(lines)
 
 
@@ -144,20 +154,3 @@ def inject(messages: Sequence[Message], content: str) -> list[Message]:
     if at < 0:
         return [*messages, block]
     return [*messages[:at], block, *messages[at:]]
-
-
-def candidates_from(archive: Sequence[Message], exclude: set[str]) -> list[Candidate]:
-    """Archive messages (in arrival order) worth recalling, minus texts already forwarded."""
-    found: list[Candidate] = []
-    seen: set[str] = set(exclude)
-    turn = 0
-    for message in archive:
-        who = role(message)
-        if who == "user":
-            turn += 1
-        text = text_of(message).strip()
-        if who not in ("user", "assistant", "tool") or not text or text in seen:
-            continue
-        seen.add(text)
-        found.append(Candidate(max(turn, 1), "tool result" if who == "tool" else who, text))
-    return found

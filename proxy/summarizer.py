@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
-import orjson
 
 from .messages import Message, role, text_of
 from .reduction.types import SummaryRequest
+from .upstream import post_json
 
 SUMMARY_PROMPT = (
     "You are the context-proxy summarizer. You compress the earlier part of a conversation "
@@ -153,23 +153,15 @@ class Summarizer:
             ],
             "temperature": 0,
         }
+        url = f"{self.base_url}/chat/completions"
+        data = await post_json(
+            self.client, url, body, headers, self.timeout_s, SummarizerUnavailable
+        )
         try:
-            response = await self.client.post(
-                f"{self.base_url}/chat/completions",
-                content=orjson.dumps(body),
-                headers={**headers, "content-type": "application/json"},
-                timeout=self.timeout_s,
-            )
-        except httpx.HTTPError as exc:
-            raise SummarizerUnavailable(type(exc).__name__) from exc
-        if response.status_code != 200:
-            raise SummarizerUnavailable(f"status {response.status_code}")
-        try:
-            data = orjson.loads(response.content)
             summary = data["choices"][0]["message"]["content"]
             usage = data.get("usage") or {}
             tokens = int(usage.get("total_tokens", 0))
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
             raise SummarizerUnavailable("malformed summarizer answer") from exc
         if not isinstance(summary, str) or not summary.strip():
             raise SummarizerUnavailable("empty summary")

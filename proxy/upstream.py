@@ -9,8 +9,10 @@ network.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import httpx
+import orjson
 
 from .config import UpstreamSettings
 from .errors import UpstreamError
@@ -103,3 +105,36 @@ def bearer_token(headers: Mapping[str, str]) -> str:
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
     return headers.get("api-key", "").strip()
+
+
+class SideCallFailed(Exception):
+    """A call the proxy makes on its own behalf (summary, embeddings) failed; never the client's."""
+
+
+async def post_json(
+    client: httpx.AsyncClient,
+    url: str,
+    body: Any,
+    headers: Mapping[str, str],
+    timeout_s: float,
+    failure: type[Exception] = SideCallFailed,
+) -> Any:
+    """POST `body` as JSON and return the decoded 200 answer, or raise `failure`.
+
+    The reason carries no body or header: it goes to logs, and keys must not.
+    """
+    try:
+        response = await client.post(
+            url,
+            content=orjson.dumps(body),
+            headers={**headers, "content-type": "application/json"},
+            timeout=timeout_s,
+        )
+    except httpx.HTTPError as exc:
+        raise failure(type(exc).__name__) from exc
+    if response.status_code != 200:
+        raise failure(f"status {response.status_code}")
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise failure("answer is not JSON") from exc

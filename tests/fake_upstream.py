@@ -218,6 +218,7 @@ class FakeUpstream:
     slow_s: float = 0.0
     requests: list[RecordedRequest] = field(default_factory=list)
     failures: deque[tuple[int, Any, dict[str, str]]] = field(default_factory=deque)
+    embeddings_down: bool = False
     app: Starlette = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -268,6 +269,8 @@ class FakeUpstream:
         if route == ("POST", "/v1/chat/completions"):
             return await self.chat(raw, body)
         if route == ("POST", "/v1/embeddings"):
+            if self.embeddings_down:
+                return error_response(503, SERVER_ERROR, type_="server_error")
             return embeddings(body)
         if route == ("GET", "/v1/models"):
             return JSONResponse({"object": "list", "data": [model_card(m) for m in MODELS]})
@@ -360,9 +363,37 @@ def model_card(model: str) -> Json:
     return {"id": model, "object": "model", "created": 0, "owned_by": "fake"}
 
 
+EMBEDDING_DIMS = 64
+_EMBED_WORD = re.compile(r"[a-z0-9]{3,}")
+_EMBED_STOP = frozenset(
+    [
+        "the",
+        "and",
+        "for",
+        "are",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "how",
+        "you",
+        "your",
+    ]
+)
+
+
 def embedding_of(text: str) -> list[float]:
-    digest = hashlib.sha256(text.encode()).digest()
-    return [round(b / 127.5 - 1.0, 6) for b in digest[:8]]
+    """Hashed bag of words, unit length: texts sharing rare words are similar, as with a model."""
+    words = [w for w in _EMBED_WORD.findall(text.lower()) if w not in _EMBED_STOP] or [text]
+    vector = [0.0] * EMBEDDING_DIMS
+    for word in words:
+        h = hashlib.sha256(word.encode()).digest()
+        vector[h[0] % EMBEDDING_DIMS] += 1.0 if h[1] & 1 else -1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [round(x / norm, 6) for x in vector]
 
 
 def embeddings(body: Any) -> Response:

@@ -15,7 +15,12 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from tests.fake_upstream import FakeUpstream, create_fake_upstream, estimate_tokens
+from tests.fake_upstream import (
+    EMBEDDING_DIMS,
+    FakeUpstream,
+    create_fake_upstream,
+    estimate_tokens,
+)
 from tests.servers import free_port, run_server
 
 CHAT = "/v1/chat/completions"
@@ -299,13 +304,15 @@ def test_models_embeddings_and_unknown_paths(client: TestClient, fake: FakeUpstr
     single = client.post("/v1/embeddings", json={"model": "e", "input": "a"}).json()
     batch = client.post("/v1/embeddings", json={"model": "e", "input": ["a", "b"]}).json()
     assert single["data"][0]["embedding"] == batch["data"][0]["embedding"]
-    assert len(batch["data"][1]["embedding"]) == 8
+    assert len(batch["data"][1]["embedding"]) == EMBEDDING_DIMS
     assert batch["data"][0]["embedding"] != batch["data"][1]["embedding"]
     assert batch["usage"]["total_tokens"] >= 2
     encoded = client.post(
         "/v1/embeddings", json={"model": "e", "input": "a", "encoding_format": "base64"}
     )
-    vector = struct.unpack("<8f", base64.b64decode(encoded.json()["data"][0]["embedding"]))
+    vector = struct.unpack(
+        f"<{EMBEDDING_DIMS}f", base64.b64decode(encoded.json()["data"][0]["embedding"])
+    )
     assert vector == pytest.approx(single["data"][0]["embedding"], abs=1e-6)
     response = client.delete("/v1/files/abc?purpose=x")
     assert response.status_code == 404
@@ -416,7 +423,7 @@ def test_openai_client_sees_errors(served: tuple[FakeUpstream, openai.OpenAI]) -
     with pytest.raises(openai.BadRequestError, match="call_x"):
         oai.chat.completions.create(model="gpt-4o-mini", messages=broken)
     embedding = oai.embeddings.create(model="text-embedding-3-small", input="hello")
-    assert len(embedding.data[0].embedding) == 8
+    assert len(embedding.data[0].embedding) == EMBEDDING_DIMS
 
 
 @pytest.mark.integration

@@ -1,117 +1,339 @@
-"""Recall: a fact summarised away comes back when the question returns to it; nothing else does."""
+"""Recall: a fact summarised away comes back when the question returns to it; nothing else does.
+
+Ranking itself (FTS5 BM25, stored vectors, relevance floors) is tested per store
+backend in test_store.py; here: the pure selection and placement, and recall
+through the app, lexical in process and embeddings through real servers.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from starlette.testclient import TestClient
 
 from proxy import recall
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.store import MemoryStore
+from proxy.messages import split_leading
+from proxy.store import SqliteStore
+from proxy.store.base import SearchHit
 from proxy.tokens import TokenCounter
 
 from .factories import assistant, call, system, tool, user
 from .fake_upstream import FakeUpstream, create_fake_upstream
+from .servers import run_server
 
 PASSPORT = "My passport number is X1234567 and it expires in March 2031."
+CHAT = "/v1/chat/completions"
+WINDOW = 3000
 
 
-def test_a_related_question_ranks_the_fact_first() -> None:
-    pool = recall.candidates_from(
-        [user("I like trains."), user(PASSPORT), assistant("Noted, trains it is.")], set()
-    )
-    found = recall.rank("When does my passport expire?", pool, k=3)
-    assert [c.text for c in found] == [PASSPORT]
-    assert found[0].turn == 2 and found[0].role == "user"
+def hit(text: str, turn: int = 1, role: str = "user", score: float = 1.0) -> SearchHit:
+    return SearchHit(seq=turn, turn=turn, role=role, text=text, score=score)
 
 
-def test_an_unrelated_question_recalls_nothing() -> None:
-    pool = recall.candidates_from([user(PASSPORT), assistant("Noted.")], set())
-    assert recall.rank("What is a good pasta recipe for dinner?", pool, k=3) == []
-    assert recall.rank("", pool, k=3) == []
-
-
-def test_forwarded_and_repeated_texts_are_not_candidates() -> None:
-    archive = [user(PASSPORT), assistant("ok"), user(PASSPORT), tool("c1", "museum opens at 9")]
-    pool = recall.candidates_from(archive, {"ok"})
-    assert [(c.role, c.text) for c in pool] == [
-        ("user", PASSPORT),
-        ("tool result", "museum opens at 9"),
+def test_words_drop_stopwords_and_repeats_and_keep_numbers() -> None:
+    assert recall.words("When does my passport expire? The PASSPORT, in 2031!") == [
+        "passport",
+        "expire",
+        "2031",
     ]
+    assert recall.words("is it ok?") == []
+
+
+def test_fresh_skips_the_question_repeats_and_what_the_context_covers() -> None:
+    question = "When does my passport expire?"
+    hits = [
+        hit(question, 9),
+        hit(PASSPORT, 2),
+        hit(PASSPORT, 5),
+        hit("The passport office opens at nine.", 3, "assistant"),
+    ]
+    assert recall.fresh(hits, question, [], k=3) == [hits[1], hits[3]]
+    assert recall.fresh(hits, question, [], k=1) == [hits[1]]
+    # A forwarded message containing every matched question word covers the hit.
+    covering = "Your passport expires soon, renew it."
+    assert recall.fresh(hits, question, [covering], k=3) == []
+    # Partial overlap does not: "expire" is matched by the fact, absent here.
+    assert recall.fresh(hits, question, ["Passport photos cost 5 euros."], k=3) == [hits[1]]
+
+
+def test_fresh_stops_below_a_message_the_model_already_sees() -> None:
+    question = "Which museum did we book?"
+    forwarded = "We booked the Rijksmuseum for Tuesday."
+    hits = [
+        hit("Museum booking confirmed, ticket 55-AB.", 3, score=9.0),
+        hit(forwarded, 8, score=7.0),
+        hit("A museum pass costs 60 euros.", 1, score=6.0),
+    ]
+    assert recall.fresh(hits, question, [forwarded, "ok"], k=3) == [hits[0]]
+    assert recall.fresh(hits[1:], question, [forwarded], k=3) == []
+    # Without the forwarded message among the hits, nothing is known to outrank.
+    assert recall.fresh(hits, question, ["ok"], k=3) == hits
+    # A margin (embeddings) asks a hit to beat the forwarded one clearly.
+    assert recall.fresh(hits, question, [forwarded], k=3, margin=2.5) == []
+    assert recall.fresh(hits, question, [forwarded], k=3, margin=1.5) == [hits[0]]
 
 
 def test_the_block_goes_right_before_the_last_user_message_and_quotes_tool_results() -> None:
     chain = [assistant(None, tool_calls=[call("c9")]), tool("c9", "done")]
     messages = [system(), user("q1"), *chain, assistant("a"), user("museum hours?")]
-    content = recall.quote([recall.Candidate(3, "tool result", "museum opens at 9")], 500)
+    content = recall.quote([hit("museum opens at 9", 3, "tool result")], 500)
     out = recall.inject(messages, content)
     assert out[:-2] == messages[:-1] and out[-1] == messages[-1]
     assert out[-2] == {"role": "system", "content": content}
-    assert content.startswith(recall.HEADER) and "[turn 3, tool result] museum opens" in content
+    assert content == f"{recall.HEADER}\n[turn 3, tool result] museum opens at 9"
+    assert recall.quote([hit("a" * 50)], 10).endswith("aaaaaaaaaa [...]")
 
 
-@pytest.fixture
-def app() -> Iterator[tuple[TestClient, FakeUpstream]]:
+def filler(i: int) -> str:
+    return f"Day {i}: plan a walk around district {i} with coffee stops."
+
+
+@contextmanager
+def in_process(tmp_path: Path, **env: str) -> Iterator[tuple[TestClient, FakeUpstream]]:
+    """The app with recall on, a SQLite file store, and the fake upstream in process."""
     upstream = create_fake_upstream()
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
             "CONTEXT_PROXY_RECALL_ENABLED": "true",
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
         },
-        overrides={"models": {"windows": {"tiny": 3000}}},
+        overrides={"models": {"windows": {"tiny": WINDOW}}},
     )
-    proxy = create_app(
-        settings, transport=httpx.ASGITransport(upstream.app), store=MemoryStore(ttl_s=3600)
-    )
+    store = SqliteStore(str(tmp_path / "recall.db"))
+    proxy = create_app(settings, transport=httpx.ASGITransport(upstream.app), store=store)
     with TestClient(proxy) as client:
         yield client, upstream
 
 
-def test_a_fact_from_turn_5_comes_back_at_the_end_of_a_long_conversation(
-    app: tuple[TestClient, FakeUpstream],
-) -> None:
-    client, upstream = app
+@pytest.fixture
+def lexical(tmp_path: Path) -> Iterator[tuple[TestClient, FakeUpstream]]:
+    with in_process(tmp_path) as app:
+        yield app
+
+
+def conversation(client: TestClient) -> Callable[[Any], httpx.Response]:
     history: list[Any] = [system("You are a travel agent.")]
 
-    def ask(text: str) -> httpx.Response:
-        history.append(user(text))
+    def send(*messages: Any) -> httpx.Response:
+        history.extend(messages)
         r = client.post(
-            "/v1/chat/completions",
+            CHAT,
             json={"model": "tiny", "messages": history},
             headers={"Authorization": "Bearer sk-r", "X-Conversation-Id": "trip"},
         )
         assert r.status_code == 200, r.text
-        history.append(assistant(r.json()["choices"][0]["message"]["content"]))
+        history.append(r.json()["choices"][0]["message"])
         return r
 
-    for i in range(60):
-        ask(PASSPORT if i == 4 else f"Day {i}: plan a walk around district {i} with coffee stops.")
+    return send
+
+
+def test_a_fact_from_turn_5_comes_back_at_turn_200(
+    lexical: tuple[TestClient, FakeUpstream],
+) -> None:
+    client, upstream = lexical
+    send = conversation(client)
+    for i in range(1, 200):
+        send(user(PASSPORT if i == 5 else filler(i)))
     forwarded = upstream.chat_requests()[-1]["messages"]
     assert all(PASSPORT not in str(m.get("content")) for m in forwarded), "not reduced yet"
+    assert any("Summary" in str(m.get("content")) for m in forwarded[:3]), "not summarised"
 
-    r = ask("Remind me when my passport expires?")
-    assert int(r.headers["x-context-recall"]) >= 1
+    r = send(user("Remind me when my passport expires?"))
     block = upstream.chat_requests()[-1]["messages"][-2]
-    assert block["role"] == "system" and block["content"].startswith(recall.HEADER)
-    assert f"[turn 5, user] {PASSPORT}" in block["content"]
-
+    # The fact, then the fake upstream's echo of it at the same turn.
+    assert block == {
+        "role": "system",
+        "content": f"{recall.HEADER}\n[turn 5, user] {PASSPORT}\n"
+        f"[turn 5, assistant] Echo: {PASSPORT}",
+    }
+    assert r.headers["x-context-recall"] == "2"
     tokens = TokenCounter().count_messages("tiny", upstream.chat_requests()[-1]["messages"])
-    assert tokens - 3 <= 0.7 * 3000
+    assert tokens - 3 <= 0.7 * WINDOW
+    metrics = client.get("/metrics").text
+    assert "context_proxy_recall_hits_total 2.0" in metrics
 
-    r = ask("Which pasta recipe goes with a red wine sauce?")
+    r = send(user("Which pasta recipe goes with a red wine sauce?"))
     assert r.headers["x-context-recall"] == "0"
     assert upstream.chat_requests()[-1]["messages"][-2]["role"] == "assistant"
+    # Common words alone ("plan", "walk", "coffee") are below the floor.
+    r = send(user("Should I plan a pasta dinner after the walk and coffee?"))
+    assert r.headers["x-context-recall"] == "0"
 
 
-def test_embeddings_recall_is_refused_until_it_exists() -> None:
-    from proxy.errors import ConfigError
+def test_tool_results_within_a_turn_repeat_the_same_block(
+    lexical: tuple[TestClient, FakeUpstream],
+) -> None:
+    client, upstream = lexical
+    send = conversation(client)
+    for i in range(1, 80):
+        if i % 10 == 0:  # tool rounds: recall must keep every chain whole
+            r = send(user(f"Please call tool lookup for district {i}."))
+            tool_call = r.json()["choices"][0]["message"]["tool_calls"][0]
+            send(tool(tool_call["id"], f"District {i} has {i % 7} cafes."))
+        else:
+            send(user(PASSPORT if i == 3 else filler(i)))
+    r = send(user("When does my passport expire? Please call tool passport first."))
+    tool_call = r.json()["choices"][0]["message"]["tool_calls"][0]
+    assert r.headers["x-context-recall"] == "2"
+    r = send(tool(tool_call["id"], "Passport valid."))
+    assert r.headers["x-context-recall"] == "2"
+    first, follow_up = (req["messages"] for req in upstream.chat_requests()[-2:])
+    assert follow_up[: len(first)] == first, "the turn's second request extends its first"
+    quoted = [m for m in follow_up if str(m.get("content", "")).startswith(recall.HEADER)]
+    assert len(quoted) == 1 and f"[turn 3, user] {PASSPORT}" in quoted[0]["content"]
 
-    with pytest.raises(ConfigError, match=r"recall\.method"):
-        load_settings(
-            env={"CONTEXT_PROXY_RECALL_ENABLED": "1", "CONTEXT_PROXY_RECALL_METHOD": "embeddings"}
+
+def test_recall_off_adds_no_header(tmp_path: Path) -> None:
+    upstream = create_fake_upstream()
+    settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1"})
+    proxy = create_app(settings, transport=httpx.ASGITransport(upstream.app))
+    with TestClient(proxy) as client:
+        r = client.post(
+            CHAT,
+            json={"model": "gpt-4o-mini", "messages": [user(PASSPORT)]},
+            headers={"Authorization": "Bearer sk-r", "X-Context-Store": "none"},
         )
+    assert r.status_code == 200 and "x-context-recall" not in r.headers
+
+
+@pytest.mark.integration
+def test_embeddings_recall_through_real_servers(tmp_path: Path) -> None:
+    """The official client, the real proxy and an upstream serving /v1/embeddings on loopback."""
+    upstream = create_fake_upstream()
+    with run_server(upstream.app) as upstream_url:
+        settings = load_settings(
+            env={
+                "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url + "/v1",
+                "CONTEXT_PROXY_STORE_PATH": str(tmp_path / "p.db"),
+                "CONTEXT_PROXY_RECALL_ENABLED": "true",
+                "CONTEXT_PROXY_RECALL_METHOD": "embeddings",
+                "CONTEXT_PROXY_RECALL_EMBEDDING_MODEL": "text-embedding-3-small",
+            },
+            overrides={"models": {"windows": {"tiny": WINDOW}}},
+        )
+        with run_server(create_app(settings)) as url:
+            api = openai.OpenAI(
+                base_url=url + "/v1",
+                api_key="sk-tenant-7",
+                max_retries=0,
+                default_headers={"X-Conversation-Id": "emb"},
+            )
+            history: list[Any] = [system("You are a travel agent.")]
+
+            def ask(text: str) -> tuple[str, str]:
+                history.append(user(text))
+                raw = api.chat.completions.with_raw_response.create(model="tiny", messages=history)
+                history.append(
+                    {"role": "assistant", "content": raw.parse().choices[0].message.content}
+                )
+                return raw.headers["x-context-recall"], raw.headers["x-context-reduction"]
+
+            for i in range(1, 120):
+                ask(PASSPORT if i == 5 else filler(i))
+            recalled, reduction = ask("Remind me when my passport expires?")
+            last = upstream.chat_requests()[-1]["messages"]
+            assert recalled == "2", reduction
+            header, *quoted = last[-2]["content"].split("\n")
+            assert header == recall.HEADER and last[-2]["role"] == "system"
+            # In similarity order, which the fake's hashed bag of words decides.
+            assert sorted(quoted) == [
+                f"[turn 5, assistant] Echo: {PASSPORT}",
+                f"[turn 5, user] {PASSPORT}",
+            ]
+            assert ask("Which pasta recipe goes with a red wine sauce?")[0] == "0"
+            metrics = httpx.get(url + "/metrics").text
+
+    embeds = upstream.records("/v1/embeddings")
+    assert embeds, "no embeddings requested"
+    # Paid by the tenant: the client's own key, never anything else.
+    assert {r.headers["authorization"] for r in embeds} == {"Bearer sk-tenant-7"}
+    # Each archived message is embedded once, in batches after turns, plus one per question.
+    inputs = [x for r in embeds for x in r.body["input"]]
+    questions = [x for r in embeds if len(r.body["input"]) == 1 for x in r.body["input"]]
+    assert inputs.count(PASSPORT) == 1
+    assert len(questions) >= 2
+    assert 'context_proxy_embeddings_total{outcome="ok"}' in metrics
+    leading, _ = split_leading(last)
+    assert leading[0] == system("You are a travel agent.")
+
+
+def test_embeddings_down_costs_recall_never_a_request_and_heals(tmp_path: Path) -> None:
+    with in_process(tmp_path, recall_method="embeddings") as (client, upstream):
+        send = conversation(client)
+        upstream.embeddings_down = True
+        for i in range(1, 60):
+            r = send(user(PASSPORT if i == 5 else filler(i)))
+            assert r.headers["x-context-recall"] == "0"
+        metrics = client.get("/metrics").text
+        assert 'context_proxy_embeddings_total{outcome="failed"}' in metrics
+        assert 'context_proxy_embeddings_total{outcome="ok"} 0.0' in metrics
+
+        upstream.embeddings_down = False
+        send(user(filler(60)))  # its background job embeds the backlog
+        for _ in range(200):
+            if 'context_proxy_embeddings_total{outcome="ok"} 1' in client.get("/metrics").text:
+                break
+            time.sleep(0.02)
+        r = send(user("Remind me when my passport expires?"))
+        assert int(r.headers["x-context-recall"]) >= 1
+        block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+        assert f"[turn 5, user] {PASSPORT}" in block
+
+
+def test_the_block_keeps_the_best_hits_that_fit_max_tokens(tmp_path: Path) -> None:
+    # 40 tokens: one quoted fact, not two.
+    with in_process(tmp_path, recall_max_tokens="40") as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 60):
+            send(user(PASSPORT if i == 5 else filler(i)))
+        r = send(user("Remind me when my passport expires?"))
+    block = upstream.chat_requests()[-1]["messages"][-2]
+    assert r.headers["x-context-recall"] == "1"
+    assert block["content"] == f"{recall.HEADER}\n[turn 5, user] {PASSPORT}"
+    assert TokenCounter().count_message("tiny", block) <= 40
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("status", "answer", "reason"),
+    [
+        (503, {"error": {"message": "down"}}, "status 503"),
+        (200, {"data": [{"index": 0, "embedding": [1.0, 0.0]}]}, "does not match"),
+        (200, {"data": [{"index": 0}, {"index": 1}]}, "malformed"),
+        (200, {"data": [{"index": 0, "embedding": [0, 0]}, {"index": 1, "embedding": [1]}]}, ""),
+    ],
+)
+async def test_embedder_maps_upstream_answers(status: int, answer: Any, reason: str) -> None:
+    import respx
+
+    from proxy.embeddings import Embedder, EmbeddingsUnavailable
+
+    async with httpx.AsyncClient() as client:
+        embedder = Embedder(client, base_url="http://up/v1", model="emb", timeout_s=1)
+        with respx.mock() as mock:
+            route = mock.post("http://up/v1/embeddings").respond(status, json=answer)
+            if reason:
+                with pytest.raises(EmbeddingsUnavailable, match=reason):
+                    await embedder.embed(["a", "b"], {"authorization": "Bearer sk-x"})
+            else:
+                first, second = await embedder.embed(["a", "b"], {"authorization": "Bearer sk-x"})
+                assert first == bytes(8) and len(second) == 4  # zero stays zero; unit length
+                # Remembered per key: the same texts cost no second call.
+                await embedder.embed(["b"], {"authorization": "Bearer sk-x"})
+                assert route.call_count == 1
+                # Another key pays for its own (this canned answer has two vectors: refused).
+                with pytest.raises(EmbeddingsUnavailable, match="does not match"):
+                    await embedder.embed(["b"], {"authorization": "Bearer sk-other"})
+                assert route.call_count == 2
+            assert route.calls[0].request.headers["authorization"] == "Bearer sk-x"

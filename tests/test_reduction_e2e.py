@@ -46,7 +46,7 @@ def fake() -> Iterator[tuple[FakeUpstream, str]]:
         yield upstream, url + "/v1"
 
 
-def start_proxy(upstream_url: str, db: Path, strategy: str) -> Any:
+def start_proxy(upstream_url: str, db: Path, strategy: str, **env: str) -> Any:
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
@@ -55,6 +55,7 @@ def start_proxy(upstream_url: str, db: Path, strategy: str) -> Any:
             "CONTEXT_PROXY_REDUCTION_TRIGGER_RATIO": str(TRIGGER),
             "CONTEXT_PROXY_REDUCTION_TARGET_MESSAGES": "40",
             "CONTEXT_PROXY_REDUCTION_THRESHOLD_MESSAGES": "20",
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
         },
         overrides={"models": {"windows": {MODEL: WINDOW}}},
     )
@@ -213,3 +214,43 @@ def test_summariser_down_never_fails_a_request(
     assert 1 <= len(upstream.summary_requests()) <= 3
     for request in upstream.chat_requests():
         check_invariants(request["messages"], counter)
+
+
+FACT = "My passport number is X1234567 and it expires in March 2031."
+QUESTION = "Remind me when my passport expires?"
+
+
+@pytest.mark.parametrize("method", ["lexical", "embeddings"])
+def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
+    fake: tuple[FakeUpstream, str], tmp_path: Path, method: str
+) -> None:
+    """Issue 7: the turn-6 fact comes back at turn 201; prefix share drops 5 points at most."""
+    upstream, upstream_url = fake
+    counter = TokenCounter()
+    shares: dict[bool, float] = {}
+    for on in (False, True):
+        upstream.reset()
+        env = {"recall_enabled": "true", "recall_method": method} if on else {}
+        with start_proxy(upstream_url, tmp_path / f"{on}.db", "summarize", **env) as url:
+            app = App(url + "/v1", append=False)
+            for i in range(300):
+                if i == 5:
+                    app.send({"role": "user", "content": FACT})
+                elif i == 200:
+                    app.send({"role": "user", "content": QUESTION})
+                    asked = upstream.chat_requests()[-1]["messages"]
+                else:
+                    app.turn(i)
+        forwarded = [r["messages"] for r in upstream.chat_requests()]
+        for request in forwarded:
+            check_invariants(request, counter)
+        assert all(FACT not in str(m.get("content")) for m in asked[:-2]), "fact not reduced"
+        block = asked[-2]
+        if on:
+            assert block["role"] == "system"
+            assert block["content"].startswith("Earlier messages that may be relevant:\n")
+            assert f"[turn 6, user] {FACT}" in block["content"]
+        else:
+            assert block["role"] == "assistant"
+        shares[on] = prefix_share(forwarded)
+    assert shares[True] >= shares[False] - 0.05, shares

@@ -28,7 +28,7 @@ from proxy.store import (
     open_store,
 )
 from proxy.store.schema import migrate
-from tests.factories import assistant, system, user
+from tests.factories import assistant, call, system, tool, user
 
 ALICE = ConvKey("a" * 64, "chat-1")
 MALLORY = ConvKey("b" * 64, "chat-1")
@@ -456,6 +456,30 @@ async def test_a_stale_expected_turn_count_conflicts_and_writes_nothing(store: S
 
 
 @pytest.mark.asyncio
+async def test_an_expired_conversation_counts_as_turn_0_and_a_refused_commit_keeps_it(
+    store: Store, clock: Clock
+) -> None:
+    key = ConvKey("t", "expired")
+    await store.commit(turn(key, [user("q0")]))
+    await store.commit(turn(key, [user("q0"), assistant("a"), user("q1")]))
+    clock.advance(TTL + 1)
+    # Built on the turn count the replica saw before expiry: refused, and nothing
+    # (not even the expired rows) is touched, as a refused commit promises.
+    stale = dataclasses.replace(turn(key, [user("q9")]), expected_turns=2)
+    with pytest.raises(Conflict):
+        await store.commit(stale)
+    clock.advance(-(TTL + 1))
+    kept = await store.latest(key)
+    if not isinstance(store, MemoryStore):  # the memory store's TTLCache evicts on its own
+        assert kept is not None and kept.turns == 2
+    clock.advance(TTL + 1)
+    await store.commit(dataclasses.replace(stale, expected_turns=0))
+    fresh = await store.latest(key)
+    assert fresh is not None and fresh.turns == 1
+    assert [a.message for a in await store.archive(key)] == [user("q9"), assistant("answer 1")]
+
+
+@pytest.mark.asyncio
 async def test_racing_commits_on_one_version_let_exactly_one_win(make_store: Factory) -> None:
     # Two store objects on one file or server stand for two proxy replicas.
     first, second = make_store(), make_store()
@@ -480,3 +504,181 @@ async def test_racing_commits_on_one_version_let_exactly_one_win(make_store: Fac
     finally:
         await first.close()
         await second.close()
+
+
+# -- search: FTS5 BM25 and stored vectors, the same for every backend ---------------------------
+
+MUSEUM_ARGS = '{"museum": "Rijksmuseum", "day": "Tuesday"}'
+PASSPORT = "My passport number is X1234567 and it expires on 14 March 2031."
+
+
+def travel_chat() -> list[Message]:
+    """One fact at turn 2, one tool call at turn 3, and walks planned at every other turn."""
+    walks: list[Message] = []
+    for day in range(2, 10):
+        walks += [
+            assistant("Done."),
+            user(f"Day {day}: plan a walk in district {day} with coffee."),
+        ]
+    return [
+        system("You are a travel agent."),
+        user("Day one: plan a walk around the old town with coffee stops."),
+        assistant("Start at the cathedral, then coffee at the market."),
+        user(PASSPORT),
+        assistant("Noted."),
+        user("Book the museum for the day after."),
+        assistant(None, tool_calls=[call("c1", "book_museum", MUSEUM_ARGS)]),
+        tool("c1", "Rijksmuseum booked for Tuesday at 10:00, ticket 55-AB."),
+        user("Booked?"),
+        assistant("Booked."),
+        *walks[1:],
+    ]
+
+
+SEARCHED = sum(m["role"] != "system" for m in travel_chat()) + 1  # with the stored answer
+LAST_TURN = sum(m["role"] == "user" for m in travel_chat())
+
+
+@pytest.mark.asyncio
+async def test_search_finds_the_fact_with_its_turn_and_role(store: Store) -> None:
+    await store.commit(turn(ALICE, travel_chat()))
+    hits = await store.search(ALICE, ["passport", "expire"], limit=5)
+    assert [(h.turn, h.role, h.text) for h in hits] == [(2, "user", PASSPORT)]
+    tool_hits = await store.search(ALICE, ["rijksmuseum", "tuesday"], limit=5)
+    # The tool result, and the call whose arguments are quoted with the function name.
+    assert sorted((h.turn, h.role) for h in tool_hits) == [(3, "assistant"), (3, "tool result")]
+    texts = {h.role: h.text for h in tool_hits}
+    assert texts["assistant"] == f"book_museum({MUSEUM_ARGS})"
+    assert "ticket 55-AB" in texts["tool result"]
+
+
+@pytest.mark.asyncio
+async def test_search_has_a_relevance_floor(store: Store) -> None:
+    await store.commit(turn(ALICE, travel_chat()))
+    # Words the conversation never used, and words it uses everywhere, find nothing.
+    assert await store.search(ALICE, ["pasta", "recipe", "sauce"], limit=5) == []
+    assert await store.search(ALICE, ["plan", "walk", "coffee", "pasta"], limit=5) == []
+    # New words do not drown an old subject: a specific word seen before is enough.
+    hits = await store.search(ALICE, ["passport", "lasagne", "renewal"], limit=5)
+    assert [h.text for h in hits] == [PASSPORT]
+    # Two specific words must both be there: the museum call has one of them.
+    hits = await store.search(ALICE, ["passport", "rijksmuseum"], limit=5)
+    assert hits == []
+    assert await store.search(ALICE, [], limit=5) == []
+    assert await store.search(ALICE, ["passport", "expires"], limit=0) == []
+
+
+@pytest.mark.asyncio
+async def test_search_ranks_by_bm25_and_stays_in_its_conversation(store: Store) -> None:
+    await store.commit(turn(ALICE, travel_chat()))
+    other = [system(), user("My passport expires soon, my passport is old."), assistant("Ok.")]
+    await store.commit(turn(MALLORY, other))
+    hits = await store.search(ALICE, ["passport", "expires", "march"], limit=5)
+    assert [h.text for h in hits] == [PASSPORT]
+    mallory = await store.search(MALLORY, ["passport", "expires"], limit=5)
+    assert [h.text for h in mallory] == [other[1]["content"]]
+    assert await store.search(ConvKey("c" * 64, "nobody"), ["passport", "expires"], limit=5) == []
+
+
+@pytest.mark.asyncio
+async def test_search_catches_up_with_new_turns_and_forgets_deleted_ones(store: Store) -> None:
+    messages = travel_chat()
+    await store.commit(turn(ALICE, messages))
+    assert await store.search(ALICE, ["volcano", "hike"], limit=5) == []
+    messages += [assistant("Harbour walk planned."), user("Can we add a volcano hike on day 3?")]
+    await store.commit(turn(ALICE, messages))
+    hits = await store.search(ALICE, ["volcano", "hike"], limit=5)
+    assert [(h.turn, h.text) for h in hits] == [(LAST_TURN + 1, messages[-1]["content"])]
+    assert await store.delete(ALICE)
+    assert await store.search(ALICE, ["volcano", "hike"], limit=5) == []
+    # A new conversation under the same id starts from nothing.
+    await store.commit(turn(ALICE, [system(), user("Tell me about passports."), assistant("Ok")]))
+    assert await store.search(ALICE, ["volcano", "hike"], limit=5) == []
+
+
+@pytest.mark.asyncio
+async def test_search_skips_expired_conversations(store: Store, clock: Clock) -> None:
+    await store.commit(turn(ALICE, travel_chat()))
+    assert await store.search(ALICE, ["passport", "expires"], limit=5)
+    clock.advance(TTL + 1)
+    assert await store.search(ALICE, ["passport", "expires"], limit=5) == []
+
+
+def unit(*values: float) -> bytes:
+    from proxy.store.search import unit_vector
+
+    return unit_vector(values)
+
+
+@pytest.mark.asyncio
+async def test_vectors_are_stored_per_message_and_ranked_by_cosine(store: Store) -> None:
+    await store.commit(turn(ALICE, travel_chat()))
+    pending = await store.unembedded(ALICE, "emb", limit=100)
+    # user, assistant, tool and assistant-with-call messages; the system prompt is not searched.
+    assert len(pending) == SEARCHED and pending == sorted(pending)
+    assert pending[2][1] == PASSPORT
+    # Everything gets an orthogonal-ish vector; the passport message points along x.
+    vectors = [(seq, unit(0, 1, i)) for i, (seq, _) in enumerate(pending)]
+    vectors[2] = (pending[2][0], unit(1, 0, 0))
+    await store.put_vectors(ALICE, "emb", vectors[:5])
+    assert [s for s, _ in await store.unembedded(ALICE, "emb", limit=100)] == [
+        s for s, _ in pending[5:]
+    ]
+    assert await store.unembedded(ALICE, "other-model", limit=3) == pending[:3]
+    await store.put_vectors(ALICE, "emb", vectors[5:])
+    assert await store.unembedded(ALICE, "emb", limit=100) == []
+
+    hits = await store.nearest(ALICE, "emb", unit(1, 0.1, 0), limit=3, min_similarity=0.5)
+    assert [(h.turn, h.text) for h in hits] == [(2, PASSPORT)]
+    assert hits[0].score == pytest.approx(0.995, abs=0.01)
+    several = await store.nearest(ALICE, "emb", unit(0, 1, 0), limit=3, min_similarity=0.0)
+    assert len(several) == 3 and several[0].score >= several[1].score >= several[2].score
+    # Other models and other dimensions never mix.
+    assert await store.nearest(ALICE, "other-model", unit(1, 0, 0), limit=3, min_similarity=0) == []
+    assert await store.nearest(ALICE, "emb", unit(1, 0), limit=3, min_similarity=0) == []
+    assert await store.delete(ALICE)
+    assert await store.nearest(ALICE, "emb", unit(1, 0, 0), limit=3, min_similarity=0) == []
+
+
+@pytest.mark.asyncio
+async def test_sqlite_deleting_a_conversation_drops_its_index_rows(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    try:
+        await store.commit(turn(ALICE, travel_chat()))
+        await store.commit(turn(MALLORY, travel_chat()))
+        assert await store.search(ALICE, ["passport", "expires"], limit=5)
+        assert await store.search(MALLORY, ["passport", "expires"], limit=5)
+        await store.put_vectors(ALICE, "emb", [(1, unit(1, 0))])
+        assert await store.delete(ALICE)
+    finally:
+        await store.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    rows = db.execute("SELECT COUNT(*) FROM message_search").fetchone()[0]
+    vectors = db.execute("SELECT COUNT(*) FROM message_vectors").fetchone()[0]
+    progress = db.execute("SELECT COUNT(*) FROM search_progress").fetchone()[0]
+    db.close()
+    assert (rows, vectors, progress) == (SEARCHED, 0, 1)  # only Mallory's
+
+
+@pytest.mark.asyncio
+async def test_redis_replicas_index_what_the_other_one_committed(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    client.close()
+    a, b = open_store("redis", url=redis_url), open_store("redis", url=redis_url)
+    try:
+        messages = travel_chat()
+        await a.commit(turn(ALICE, messages))
+        assert await b.search(ALICE, ["passport", "expires"], limit=5)
+        messages += [assistant("Ok."), user("Add a volcano hike on day three.")]
+        await a.commit(turn(ALICE, messages))
+        found = await b.search(ALICE, ["volcano", "hike"], limit=5)
+        assert [h.turn for h in found] == [LAST_TURN + 1]
+        # Replaced behind b's back: b notices and re-indexes from scratch.
+        assert await a.delete(ALICE)
+        await a.commit(turn(ALICE, [system(), user("Volcano hike gear list?"), assistant("Boots")]))
+        hits = await b.search(ALICE, ["volcano", "hike"], limit=5)
+        assert [(h.turn, h.text) for h in hits] == [(1, "Volcano hike gear list?")]
+    finally:
+        await a.close()
+        await b.close()

@@ -108,6 +108,17 @@ class ConversationSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchHit:
+    """An archived message that matched a search; `turn` counts user messages up to it."""
+
+    seq: int
+    turn: int
+    role: str
+    text: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
 class TurnCommit:
     """Everything one completed turn writes, applied all or nothing by `Store.commit`."""
 
@@ -141,6 +152,30 @@ class Store(Protocol):
         self, key: ConvKey, *, limit: int = 1000, offset: int = 0
     ) -> list[ArchivedMessage]:
         """Archived messages in the order they were first stored, all branches included."""
+        ...
+
+    async def search(self, key: ConvKey, words: Sequence[str], *, limit: int) -> list[SearchHit]:
+        """Archived user, assistant and tool messages matching `words`, best first.
+
+        Only hits above the relevance floor of `proxy.store.search` count; the
+        index catches up with the archive first, so the newest turn is searchable.
+        """
+        ...
+
+    async def unembedded(self, key: ConvKey, model: str, *, limit: int) -> list[tuple[int, str]]:
+        """Searchable messages with no stored `model` vector yet, oldest first: (seq, text)."""
+        ...
+
+    async def put_vectors(
+        self, key: ConvKey, model: str, vectors: Sequence[tuple[int, bytes]]
+    ) -> None:
+        """Store unit-length float32 vectors for the messages `unembedded` named by seq."""
+        ...
+
+    async def nearest(
+        self, key: ConvKey, model: str, vector: bytes, *, limit: int, min_similarity: float
+    ) -> list[SearchHit]:
+        """Messages whose stored vectors are most similar to `vector` (cosine), best first."""
         ...
 
     async def delete(self, key: ConvKey) -> bool:

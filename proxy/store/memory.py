@@ -8,9 +8,11 @@ atomic without a lock.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import orjson
 from cachetools import TTLCache
@@ -27,6 +29,7 @@ from proxy.store.base import (
     TurnCommit,
     loads,
 )
+from proxy.store.search import ArchiveSearch, Searchable
 
 # TTLCache needs a finite ttl; a century stands in for "never expire".
 _NO_EXPIRY_S = 100 * 365 * 24 * 3600.0
@@ -45,7 +48,10 @@ class _Stored:
     snapshots: dict[str, tuple[int, bytes, float]] = field(default_factory=dict)
 
 
-class MemoryStore:
+T = TypeVar("T")
+
+
+class MemoryStore(Searchable):
     """Conversations in a `TTLCache`: bounded by `max_conversations`, idle ones expire.
 
     Idle means no commit for `ttl_s` seconds (reads do not extend a
@@ -67,6 +73,7 @@ class MemoryStore:
         self._cache: TTLCache[ConvKey, _Stored] = TTLCache(
             maxsize=max_conversations, ttl=ttl, timer=now
         )
+        self._search = ArchiveSearch(max_conversations)
 
     async def commit(self, turn: TurnCommit) -> None:
         # Serialise everything before touching the record, so a value orjson
@@ -129,7 +136,18 @@ class MemoryStore:
         rows = list(stored.archive.items())[offset : offset + max(0, limit)]
         return [ArchivedMessage(h, parent, loads(m), seq) for h, (parent, m, seq) in rows]
 
+    async def _indexed(
+        self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T
+    ) -> T:
+        async def fetch(k: ConvKey, offset: int, count: int) -> list[ArchivedMessage]:
+            return await self.archive(k, limit=count, offset=offset)
+
+        if self._cache.get(key) is None:
+            return none
+        return await self._search.run(key, fetch, op)
+
     async def delete(self, key: ConvKey) -> bool:
+        self._search.forget(key)
         return self._cache.pop(key, None) is not None
 
     async def list_conversations(
@@ -159,3 +177,4 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._cache.clear()
+        self._search.close()

@@ -18,9 +18,10 @@ needs a single Redis (or a cluster with one shard), not Redis Cluster.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -39,6 +40,7 @@ from proxy.store.base import (
     dumps,
     loads,
 )
+from proxy.store.search import ArchiveSearch, Searchable
 
 _HMGET_CHUNK = 500
 
@@ -46,12 +48,15 @@ _COMMIT = """
 local conv, msgs, order, snaps, snapturns, tidx, gidx = unpack(KEYS)
 local now, cutoff, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local updated = redis.call('HGET', conv, 'updated_at')
-if ttl > 0 and updated and tonumber(updated) < cutoff then
-  redis.call('DEL', conv, msgs, order, snaps, snapturns)
-end
+local expired = ttl > 0 and updated and tonumber(updated) < cutoff
+-- Checked before the expired conversation is dropped, so a refused commit writes nothing.
 if ARGV[11] ~= '' then
-  local current = tonumber(redis.call('HGET', conv, 'turns') or '0')
+  local current = 0
+  if not expired then current = tonumber(redis.call('HGET', conv, 'turns') or '0') end
   if current ~= tonumber(ARGV[11]) then return redis.error_reply('CONFLICT') end
+end
+if expired then
+  redis.call('DEL', conv, msgs, order, snaps, snapturns)
 end
 local turns = redis.call('HINCRBY', conv, 'turns', 1)
 if turns == 1 then redis.call('HSET', conv, 'created_at', now) end
@@ -81,7 +86,10 @@ return turns
 """
 
 
-class RedisStore:
+T = TypeVar("T")
+
+
+class RedisStore(Searchable):
     """Conversations in Redis at `url`; see the module docstring for the key layout.
 
     The client connects lazily: call `ping()` at start-up to fail fast.
@@ -102,6 +110,7 @@ class RedisStore:
         self._prefix = prefix
         self._now = now
         self._commit = self._redis.register_script(_COMMIT)
+        self._search = ArchiveSearch()
 
     def _keys(self, key: ConvKey) -> list[str]:
         base = f"{self._prefix}:c:{key.tenant}:{key.conversation}"
@@ -205,7 +214,21 @@ class RedisStore:
             archived.append(ArchivedMessage(h, parent, message, seq))
         return archived
 
+    async def _indexed(
+        self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T
+    ) -> T:
+        async def fetch(k: ConvKey, offset: int, count: int) -> list[ArchivedMessage]:
+            return await self.archive(k, limit=count, offset=offset)
+
+        try:
+            if not await self._live(key):
+                return none
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        return await self._search.run(key, fetch, op)
+
     async def delete(self, key: ConvKey) -> bool:
+        self._search.forget(key)
         member = dumps([key.tenant, key.conversation])
         try:
             existed = await self._live(key)
@@ -260,6 +283,7 @@ class RedisStore:
             raise StoreError(f"Redis unreachable: {exc}") from exc
 
     async def close(self) -> None:
+        self._search.close()
         await self._redis.aclose()
 
 

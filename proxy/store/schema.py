@@ -13,6 +13,8 @@ import sqlite3
 import time
 from collections.abc import Callable
 
+from proxy.store import search
+
 Migration = Callable[[sqlite3.Connection], None]
 
 
@@ -66,7 +68,24 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX snapshots_turn ON snapshots (conversation_id, turn)")
 
 
-MIGRATIONS: list[Migration] = [m001_initial]
+def m002_message_search(db: sqlite3.Connection) -> None:
+    """The FTS5 index recall searches; rows are added lazily by the first search."""
+    search.create(db)
+    db.execute(
+        """
+        CREATE TRIGGER conversations_forget_search BEFORE DELETE ON conversations BEGIN
+            DELETE FROM message_search WHERE rowid IN (
+                SELECT rowid FROM message_search
+                WHERE message_search MATCH 'conv : "k' || old.id || '"'
+            );
+            DELETE FROM search_progress WHERE conversation_id = old.id;
+            DELETE FROM message_vectors WHERE conversation_id = old.id;
+        END
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_message_search]
 
 
 def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[str]:

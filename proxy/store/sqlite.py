@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from proxy.store import search
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
@@ -53,7 +54,7 @@ T = TypeVar("T")
 _IN_CHUNK = 500
 
 
-class SqliteStore:
+class SqliteStore(search.Searchable):
     """Conversations in a SQLite file at `path` (":memory:" works, but forgets on close).
 
     Conversations with no commit for `ttl_s` seconds read as absent at once
@@ -230,6 +231,24 @@ class SqliteStore:
             return [ArchivedMessage(h, parent, loads(m), seq) for h, parent, m, seq in rows]
 
         return await self._run(lambda db: _read(db, lambda: job(db)))
+
+    async def _indexed(
+        self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T
+    ) -> T:
+        def job(db: sqlite3.Connection) -> T:
+            cid = self._live_id(db, key)
+            if cid is None:
+                return none
+            last, _ = search.progress(db, cid)
+            rows = db.execute(
+                "SELECT seq, message FROM messages WHERE conversation_id = ? AND seq > ?"
+                " ORDER BY seq",
+                (cid, last),
+            ).fetchall()
+            search.add(db, cid, [(seq, loads(m)) for seq, m in rows])
+            return op(db, cid)
+
+        return await self._run(lambda db: _write(db, lambda: job(db)))
 
     async def delete(self, key: ConvKey) -> bool:
         def job(db: sqlite3.Connection) -> bool:

@@ -1,0 +1,355 @@
+"""Search over a conversation's archive: SQLite FTS5 ranked by BM25, and stored embeddings.
+
+One implementation serves every backend. The SQLite store keeps the index in
+its own file beside the archive; the memory and Redis stores keep it in an
+in-process SQLite database (`ArchiveSearch`), fed from their archives. FTS5
+indexes incrementally, which the in-process BM25 libraries do not: bm25s
+rebuilds its whole index to add a document (measured: 250 ms for a
+2,000-message conversation, on every turn), rank_bm25 likewise.
+
+Indexing is lazy: a search first indexes what the archive gained since the
+last search of that conversation, so commits never pay for search and a store
+that ran with recall off catches up on first use. The cost of a search is
+therefore proportional to the new messages plus the postings of the query words.
+
+Embeddings are stored per indexed message and model, as unit-length float32,
+so similarity is one numpy matrix-vector product.
+
+Relevance floor: BM25 scores are relative, so "the best match" of an
+unrelated question is still a match. Only the question's words that the
+conversation has used count (a question may well bring new words along with
+an old subject). Of those, the specific ones (in at most 2 messages or 5 % of
+the conversation, and not bare numbers) decide: a hit must contain two of
+them (or the only one),
+and its matched words must carry at least half of the IDF weight. A question
+that shares only the conversation's everyday words finds nothing, and neither
+does one that shares a single specific word by coincidence while naming
+another the hit lacks, or only a number ("day 50" against "budget 50 euros").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sqlite3
+from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+import orjson
+
+from proxy.messages import Message, role, text_of
+from proxy.store.base import ArchivedMessage, ConvKey, SearchHit, StoreError
+
+T = TypeVar("T")
+
+MATCHED_SHARE = 0.5
+RARE_DOCS, RARE_SHARE = 2, 0.05
+MAX_WORDS = 16
+_BATCH = 1000
+
+# The `conv` column holds one token naming the conversation, so a query is an
+# index intersection rather than a scan of every tenant's postings.
+CREATE_INDEX = """
+    CREATE VIRTUAL TABLE IF NOT EXISTS message_search USING fts5(
+        body, conv, seq UNINDEXED, turn UNINDEXED, role UNINDEXED,
+        tokenize = 'porter unicode61'
+    )
+"""
+CREATE_PROGRESS = """
+    CREATE TABLE IF NOT EXISTS search_progress (
+        conversation_id INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        turns INTEGER NOT NULL
+    )
+"""
+CREATE_VECTORS = """
+    CREATE TABLE IF NOT EXISTS message_vectors (
+        conversation_id INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (conversation_id, model, seq)
+    ) WITHOUT ROWID
+"""
+# Rank by the body alone: every row of a conversation matches `conv` alike.
+SET_RANK = "INSERT INTO message_search (message_search, rank) VALUES ('rank', 'bm25(1.0, 0.0)')"
+
+
+def create(db: sqlite3.Connection) -> None:
+    db.execute(CREATE_INDEX)
+    db.execute(CREATE_PROGRESS)
+    db.execute(CREATE_VECTORS)
+    db.execute(SET_RANK)
+
+
+def _tag(conv: int) -> str:
+    return f'conv : "k{conv}"'
+
+
+def forget(db: sqlite3.Connection, conv: int) -> None:
+    db.execute(
+        "DELETE FROM message_search WHERE rowid IN"
+        " (SELECT rowid FROM message_search WHERE message_search MATCH ?)",
+        (_tag(conv),),
+    )
+    db.execute("DELETE FROM search_progress WHERE conversation_id = ?", (conv,))
+    db.execute("DELETE FROM message_vectors WHERE conversation_id = ?", (conv,))
+
+
+def progress(db: sqlite3.Connection, conv: int) -> tuple[int, int]:
+    """(last indexed seq, user turns seen so far); (-1, 0) before the first message."""
+    row = db.execute(
+        "SELECT seq, turns FROM search_progress WHERE conversation_id = ?", (conv,)
+    ).fetchone()
+    return (-1, 0) if row is None else (int(row[0]), int(row[1]))
+
+
+def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, Message]]) -> None:
+    """Index `(seq, message)` rows that follow what is indexed, in seq order."""
+    if not rows:
+        return
+    _, turns = progress(db, conv)
+    docs: list[tuple[str, str, int, int, str]] = []
+    for seq, message in rows:
+        who = role(message)
+        if who == "user":
+            turns += 1
+        if who not in ("user", "assistant", "tool"):
+            continue
+        text = text_of(message).strip()
+        if text:
+            label = "tool result" if who == "tool" else who
+            docs.append((text, f"k{conv}", seq, max(turns, 1), label))
+    db.executemany(
+        "INSERT INTO message_search (body, conv, seq, turn, role) VALUES (?, ?, ?, ?, ?)", docs
+    )
+    db.execute(
+        "INSERT INTO search_progress (conversation_id, seq, turns) VALUES (?, ?, ?)"
+        " ON CONFLICT (conversation_id) DO UPDATE SET seq = excluded.seq, turns = excluded.turns",
+        (conv, rows[-1][0], turns),
+    )
+
+
+def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) -> list[SearchHit]:
+    """The best `limit` hits above the relevance floor, best first."""
+    wanted = list(dict.fromkeys(words))[:MAX_WORDS]
+    if not wanted or limit <= 0:
+        return []
+    tag = _tag(conv)
+    (total,) = db.execute(
+        "SELECT COUNT(*) FROM message_search WHERE message_search MATCH ?", (tag,)
+    ).fetchone()
+    if not total:
+        return []
+    postings = {
+        w: {
+            r[0]
+            for r in db.execute(
+                "SELECT rowid FROM message_search WHERE message_search MATCH ?",
+                (f'{tag} AND body : "{w}"',),
+            )
+        }
+        for w in wanted
+    }
+    seen = {w: p for w, p in postings.items() if p}
+    idf = {w: math.log(1 + (total - len(p) + 0.5) / (len(p) + 0.5)) for w, p in seen.items()}
+    rare = max(RARE_DOCS, RARE_SHARE * total)
+    # Bare numbers (days, amounts, counts) recur by coincidence: never specific alone.
+    specific = {w for w, p in seen.items() if len(p) <= rare and not w.isdigit()}
+    if not specific:
+        return []
+    weight, need, need_specific = sum(idf.values()), min(2, len(seen)), min(2, len(specific))
+    carried: defaultdict[int, float] = defaultdict(float)
+    matched: Counter[int] = Counter()
+    matched_specific: Counter[int] = Counter()
+    for w, rowids in seen.items():
+        for rowid in rowids:
+            carried[rowid] += idf[w]
+            matched[rowid] += 1
+            if w in specific:
+                matched_specific[rowid] += 1
+    eligible = [
+        r
+        for r, n in matched_specific.items()
+        if n >= need_specific and matched[r] >= need and carried[r] >= MATCHED_SHARE * weight
+    ]
+    if not eligible:
+        return []
+    anyword = " OR ".join(f'body : "{w}"' for w in wanted)
+    query = f"{tag} AND ({anyword})"
+    rows = db.execute(
+        "SELECT seq, turn, role, body, rank FROM message_search WHERE message_search MATCH ?"
+        " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank, seq DESC LIMIT ?",
+        (query, orjson.dumps(eligible).decode(), limit),
+    )
+    # FTS5's bm25() is lower-is-better; hits report higher-is-better.
+    return [SearchHit(int(s), int(t), str(r), str(b), -float(x)) for s, t, r, b, x in rows]
+
+
+def unit_vector(values: Sequence[float]) -> bytes:
+    """float32 bytes scaled to length 1, so cosine similarity is one dot product."""
+    v = np.asarray(values, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    return (v / norm if norm > 0 else v).astype(np.float32).tobytes()
+
+
+def unembedded(db: sqlite3.Connection, conv: int, model: str, limit: int) -> list[tuple[int, str]]:
+    """Indexed messages with no vector for `model` yet, oldest first: `(seq, text)`."""
+    have = {
+        int(r[0])
+        for r in db.execute(
+            "SELECT seq FROM message_vectors WHERE conversation_id = ? AND model = ?", (conv, model)
+        )
+    }
+    rows = db.execute(
+        "SELECT seq, body FROM message_search WHERE message_search MATCH ? ORDER BY seq",
+        (_tag(conv),),
+    )
+    return [(int(seq), str(body)) for seq, body in rows if int(seq) not in have][: max(0, limit)]
+
+
+def put_vectors(
+    db: sqlite3.Connection, conv: int, model: str, vectors: Sequence[tuple[int, bytes]]
+) -> None:
+    db.executemany(
+        "INSERT OR REPLACE INTO message_vectors (conversation_id, model, seq, vector)"
+        " VALUES (?, ?, ?, ?)",
+        [(conv, model, seq, vector) for seq, vector in vectors],
+    )
+
+
+def nearest(
+    db: sqlite3.Connection,
+    conv: int,
+    model: str,
+    vector: bytes,
+    limit: int,
+    min_similarity: float,
+) -> list[SearchHit]:
+    """The `limit` messages most similar to `vector` (cosine), at or above `min_similarity`."""
+    query = np.frombuffer(vector, dtype=np.float32)
+    rows = [
+        (int(seq), blob)
+        for seq, blob in db.execute(
+            "SELECT seq, vector FROM message_vectors WHERE conversation_id = ? AND model = ?",
+            (conv, model),
+        )
+        if len(blob) == len(vector)
+    ]
+    if not rows or limit <= 0 or not query.size:
+        return []
+    matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.float32)
+    similarity = matrix.reshape(len(rows), query.size) @ query
+    best = [int(i) for i in np.argsort(-similarity, kind="stable")[:limit]]
+    chosen = {rows[i][0]: float(similarity[i]) for i in best if similarity[i] >= min_similarity}
+    if not chosen:
+        return []
+    found = db.execute(
+        "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
+        " AND seq IN (SELECT value FROM json_each(?))",
+        (_tag(conv), orjson.dumps(list(chosen)).decode()),
+    )
+    hits = [SearchHit(int(s), int(t), str(r), str(b), chosen[int(s)]) for s, t, r, b in found]
+    return sorted(hits, key=lambda h: (-h.score, -h.seq))
+
+
+Fetch = Callable[[ConvKey, int, int], Awaitable[list[ArchivedMessage]]]
+
+
+class ArchiveSearch:
+    """An in-process FTS5 index over the archives of a store that has none of its own.
+
+    The store hands `search` a way to read its archive by offset; the index
+    catches up from where it stopped. Before trusting what it holds, it checks
+    that the archive still has the last message it indexed at the same place
+    (chain hashes make that a proof of the whole prefix), so a conversation
+    deleted, expired or replaced by another replica is re-indexed from scratch.
+    Only the `max_conversations` most recently searched are kept. One lock
+    serialises searches, so two turns never index the same messages twice.
+    """
+
+    def __init__(self, max_conversations: int = 1000) -> None:
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        create(self._db)
+        self._max = max(1, max_conversations)
+        # Per conversation: (index id, messages indexed, chain hash of the last one).
+        self._known: OrderedDict[ConvKey, tuple[int, int, str]] = OrderedDict()
+        self._next_id = 1
+        self._lock = asyncio.Lock()
+
+    async def run(
+        self, key: ConvKey, fetch: Fetch, op: Callable[[sqlite3.Connection, int], T]
+    ) -> T:
+        """Bring the conversation's index up to date with its archive, then run `op` on it."""
+        async with self._lock:
+            try:
+                conv = await self._catch_up(key, fetch)
+                return op(self._db, conv)
+            except sqlite3.Error as exc:
+                raise StoreError(f"search index: {exc}") from exc
+
+    async def _catch_up(self, key: ConvKey, fetch: Fetch) -> int:
+        conv, count, last = self._known.pop(key, (0, 0, ""))
+        if conv and count:
+            check = await fetch(key, count - 1, 1)
+            if not check or check[0].hash != last:
+                forget(self._db, conv)
+                count, last = 0, ""
+        if not conv:
+            conv, self._next_id = self._next_id, self._next_id + 1
+        while True:
+            batch = await fetch(key, count, _BATCH)
+            if not batch:
+                break
+            add(self._db, conv, [(count + i, a.message) for i, a in enumerate(batch)])
+            count, last = count + len(batch), batch[-1].hash
+            if len(batch) < _BATCH:
+                break
+        self._known[key] = (conv, count, last)
+        while len(self._known) > self._max:
+            _, (old, _, _) = self._known.popitem(last=False)
+            forget(self._db, old)
+        return conv
+
+    def forget(self, key: ConvKey) -> None:
+        known = self._known.pop(key, None)
+        if known is not None:
+            forget(self._db, known[0])
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class Searchable:
+    """The `Store` search methods, given a backend's way to run an operation on a fresh index."""
+
+    async def _indexed(
+        self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T
+    ) -> T:
+        """Catch the conversation's index up with its archive, then `op(db, conv)`.
+
+        `none` is the answer for a conversation that does not exist.
+        """
+        raise NotImplementedError
+
+    async def search(self, key: ConvKey, words: Sequence[str], *, limit: int) -> list[SearchHit]:
+        words = list(words)
+        return await self._indexed(key, lambda db, c: search(db, c, words, limit), [])
+
+    async def unembedded(self, key: ConvKey, model: str, *, limit: int) -> list[tuple[int, str]]:
+        return await self._indexed(key, lambda db, c: unembedded(db, c, model, limit), [])
+
+    async def put_vectors(
+        self, key: ConvKey, model: str, vectors: Sequence[tuple[int, bytes]]
+    ) -> None:
+        vectors = list(vectors)
+        await self._indexed(key, lambda db, c: put_vectors(db, c, model, vectors), None)
+
+    async def nearest(
+        self, key: ConvKey, model: str, vector: bytes, *, limit: int, min_similarity: float
+    ) -> list[SearchHit]:
+        return await self._indexed(
+            key, lambda db, c: nearest(db, c, model, vector, limit, min_similarity), []
+        )
