@@ -682,3 +682,29 @@ async def test_redis_replicas_index_what_the_other_one_committed(redis_url: str)
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.asyncio
+async def test_redis_replicas_share_vectors_through_redis(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    a, b = open_store("redis", url=redis_url), open_store("redis", url=redis_url)
+    try:
+        await a.commit(turn(ALICE, travel_chat()))
+        pending = await a.unembedded(ALICE, "emb", limit=100)
+        passport = next(seq for seq, text in pending if text == PASSPORT)
+        await a.put_vectors(
+            ALICE, "emb", [(s, unit(1, 0) if s == passport else unit(0, 1)) for s, _ in pending]
+        )
+        # b never embedded anything: it takes a's vectors instead of asking for new ones.
+        assert await b.unembedded(ALICE, "emb", limit=100) == []
+        hits = await b.nearest(ALICE, "emb", unit(1, 0.05), limit=2, min_similarity=0.9)
+        assert [h.text for h in hits] == [PASSPORT]
+        assert len(await b.unembedded(ALICE, "other", limit=100)) == len(pending)
+        assert client.exists(f"context-proxy:c:{ALICE.tenant}:{ALICE.conversation}:vecs")
+        assert await b.delete(ALICE)
+        assert not client.exists(f"context-proxy:c:{ALICE.tenant}:{ALICE.conversation}:vecs")
+    finally:
+        client.close()
+        await a.close()
+        await b.close()

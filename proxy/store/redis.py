@@ -4,8 +4,10 @@ Per conversation, under `<prefix>:c:<tenant>:<conversation>`:
 `:conv` (hash: head, position, state, working, turns, times), `:msgs`
 (hash: chain hash -> [parent, message]), `:order` (list of chain hashes in
 arrival order), `:snaps` (hash: head -> [position, state, created_at]) and
-`:snapturns` (sorted set: head by turn, for pruning). `<prefix>:idx:<tenant>`
-and `<prefix>:idx` index conversations by last update for the admin listing.
+`:snapturns` (sorted set: head by turn, for pruning), and `:vecs` (hash:
+"model:chain hash" -> base64 float32, recall's embeddings, shared by replicas).
+`<prefix>:idx:<tenant>` and `<prefix>:idx` index conversations by last update
+for the admin listing.
 
 A turn is one Lua script, which Redis runs atomically: no replica ever sees
 half a turn, and two replicas committing to one conversation are serialised.
@@ -18,6 +20,7 @@ needs a single Redis (or a cluster with one shard), not Redis Cluster.
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +29,7 @@ from typing import Any, TypeVar, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
+from proxy.store import search
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
@@ -227,13 +231,63 @@ class RedisStore(Searchable):
             raise StoreError(f"Redis: {exc}") from exc
         return await self._search.run(key, fetch, op)
 
+    def _vectors(self, key: ConvKey) -> str:
+        return f"{self._prefix}:c:{key.tenant}:{key.conversation}:vecs"
+
+    async def _hashes(self, key: ConvKey, seqs: list[int]) -> dict[int, str]:
+        none: dict[int, str] = {}
+        return await self._indexed(key, lambda db, c: search.hashes_of(db, c, seqs), none)
+
+    async def unembedded(self, key: ConvKey, model: str, *, limit: int) -> list[tuple[int, str]]:
+        """Pending messages, after taking the vectors other replicas stored in Redis."""
+        while True:
+            pending = await super().unembedded(key, model, limit=limit)
+            seqs = [seq for seq, _ in pending]
+            hashes = await self._hashes(key, seqs)
+            fields = [f"{model}:{hashes[s]}" for s in seqs if s in hashes]
+            try:
+                found = await self._redis.hmget(self._vectors(key), fields) if fields else []
+            except RedisError as exc:
+                raise StoreError(f"Redis: {exc}") from exc
+            by_field = dict(zip(fields, found, strict=True))
+            shared = [
+                (s, base64.b64decode(v))
+                for s in seqs
+                if s in hashes and (v := by_field.get(f"{model}:{hashes[s]}"))
+            ]
+            if not shared:
+                return pending
+            await super().put_vectors(key, model, shared)
+
+    async def put_vectors(
+        self, key: ConvKey, model: str, vectors: Sequence[tuple[int, bytes]]
+    ) -> None:
+        """Store locally and in Redis (by chain hash), so other replicas need not pay again."""
+        vectors = list(vectors)
+        await super().put_vectors(key, model, vectors)
+        seqs = [seq for seq, _ in vectors]
+        hashes = await self._hashes(key, seqs)
+        mapping = {
+            f"{model}:{hashes[s]}": base64.b64encode(v).decode() for s, v in vectors if s in hashes
+        }
+        if not mapping:
+            return
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self._vectors(key), mapping=cast(Any, mapping))
+                if self._ttl_s > 0:
+                    pipe.expire(self._vectors(key), self._ttl_s)
+                await pipe.execute()
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+
     async def delete(self, key: ConvKey) -> bool:
         self._search.forget(key)
         member = dumps([key.tenant, key.conversation])
         try:
             existed = await self._live(key)
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.delete(*self._keys(key))
+                pipe.delete(*self._keys(key), self._vectors(key))
                 pipe.zrem(f"{self._prefix}:idx:{key.tenant}", member)
                 pipe.zrem(f"{self._prefix}:idx", member)
                 await pipe.execute()

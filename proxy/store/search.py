@@ -53,7 +53,7 @@ _BATCH = 1000
 # index intersection rather than a scan of every tenant's postings.
 CREATE_INDEX = """
     CREATE VIRTUAL TABLE IF NOT EXISTS message_search USING fts5(
-        body, conv, seq UNINDEXED, turn UNINDEXED, role UNINDEXED,
+        body, conv, seq UNINDEXED, turn UNINDEXED, role UNINDEXED, hash UNINDEXED,
         tokenize = 'porter unicode61'
     )
 """
@@ -106,13 +106,13 @@ def progress(db: sqlite3.Connection, conv: int) -> tuple[int, int]:
     return (-1, 0) if row is None else (int(row[0]), int(row[1]))
 
 
-def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, Message]]) -> None:
-    """Index `(seq, message)` rows that follow what is indexed, in seq order."""
+def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Message]]) -> None:
+    """Index `(seq, chain hash, message)` rows that follow what is indexed, in seq order."""
     if not rows:
         return
     _, turns = progress(db, conv)
-    docs: list[tuple[str, str, int, int, str]] = []
-    for seq, message in rows:
+    docs: list[tuple[str, str, int, int, str, str]] = []
+    for seq, hash_, message in rows:
         who = role(message)
         if who == "user":
             turns += 1
@@ -121,9 +121,10 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, Message]]) 
         text = text_of(message).strip()
         if text:
             label = "tool result" if who == "tool" else who
-            docs.append((text, f"k{conv}", seq, max(turns, 1), label))
+            docs.append((text, f"k{conv}", seq, max(turns, 1), label, hash_))
     db.executemany(
-        "INSERT INTO message_search (body, conv, seq, turn, role) VALUES (?, ?, ?, ?, ?)", docs
+        "INSERT INTO message_search (body, conv, seq, turn, role, hash) VALUES (?, ?, ?, ?, ?, ?)",
+        docs,
     )
     db.execute(
         "INSERT INTO search_progress (conversation_id, seq, turns) VALUES (?, ?, ?)"
@@ -208,6 +209,16 @@ def unembedded(db: sqlite3.Connection, conv: int, model: str, limit: int) -> lis
         (_tag(conv),),
     )
     return [(int(seq), str(body)) for seq, body in rows if int(seq) not in have][: max(0, limit)]
+
+
+def hashes_of(db: sqlite3.Connection, conv: int, seqs: Sequence[int]) -> dict[int, str]:
+    """The chain hashes of indexed messages, by seq."""
+    rows = db.execute(
+        "SELECT seq, hash FROM message_search WHERE message_search MATCH ?"
+        " AND seq IN (SELECT value FROM json_each(?))",
+        (_tag(conv), orjson.dumps(list(seqs)).decode()),
+    )
+    return {int(seq): str(h) for seq, h in rows}
 
 
 def put_vectors(
@@ -303,7 +314,7 @@ class ArchiveSearch:
             batch = await fetch(key, count, _BATCH)
             if not batch:
                 break
-            add(self._db, conv, [(count + i, a.message) for i, a in enumerate(batch)])
+            add(self._db, conv, [(count + i, a.hash, a.message) for i, a in enumerate(batch)])
             count, last = count + len(batch), batch[-1].hash
             if len(batch) < _BATCH:
                 break

@@ -241,11 +241,11 @@ class SqliteStore(search.Searchable):
                 return none
             last, _ = search.progress(db, cid)
             rows = db.execute(
-                "SELECT seq, message FROM messages WHERE conversation_id = ? AND seq > ?"
+                "SELECT seq, hash, message FROM messages WHERE conversation_id = ? AND seq > ?"
                 " ORDER BY seq",
                 (cid, last),
             ).fetchall()
-            search.add(db, cid, [(seq, loads(m)) for seq, m in rows])
+            search.add(db, cid, [(seq, h, loads(m)) for seq, h, m in rows])
             return op(db, cid)
 
         return await self._run(lambda db: _write(db, lambda: job(db)))
