@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from .config import Settings
+from .known import Known
 from .metrics import Metrics
 from .models import context_window
 from .record import Recorder
@@ -19,6 +20,12 @@ from .reduction.types import Budget, Policy
 from .store import Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
+
+KNOWN_BYTES = 64 * 1024 * 1024
+
+
+def _weight(known: Known) -> int:
+    return known.weight
 
 
 class KeyedLocks:
@@ -87,6 +94,16 @@ class AppContext:
     prepared_for: TTLCache[Hashable, tuple[int, int]] = field(
         default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
     )
+
+    # Each conversation's last full-history request, with what was computed for it,
+    # bounded by (roughly) the bytes it holds.
+    known: LRUCache[Hashable, Known] = field(
+        default_factory=lambda: LRUCache(maxsize=KNOWN_BYTES, getsizeof=_weight)
+    )
+
+    def remember(self, key: Hashable, known: Known) -> None:
+        if known.weight <= KNOWN_BYTES:
+            self.known[key] = known
 
     def policy(self, strategy: str) -> Policy:
         r = self.settings.reduction
