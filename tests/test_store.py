@@ -33,7 +33,7 @@ from tests.factories import assistant, system, user
 ALICE = ConvKey("a" * 64, "chat-1")
 MALLORY = ConvKey("b" * 64, "chat-1")
 TTL = 3600
-TABLES = ("conversations", "messages", "snapshots")
+TABLES = ("conversations", "messages", "snapshots", "working")
 
 
 class Clock:
@@ -381,7 +381,7 @@ async def test_sweep_at_open_deletes_expired_rows(tmp_path: Path, clock: Clock) 
 
     with sqlite3.connect(path) as db:
         counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES]
-    assert counts == [0, 0, 0]
+    assert counts == [0, 0, 0, 0]
 
 
 def test_migrating_twice_is_a_noop(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from proxy.store.base import (
     Snapshot,
     StoreError,
     TurnCommit,
+    WorkingLayout,
     dumps,
     loads,
 )
@@ -42,6 +43,7 @@ from proxy.store.schema import (
     LIST_CONVERSATIONS,
     PRUNE_SNAPSHOTS,
     SELECT_SNAPSHOTS,
+    SELECT_WORKING,
     UPSERT_CONVERSATION,
     UPSERT_SNAPSHOT,
     migrate,
@@ -51,6 +53,8 @@ T = TypeVar("T")
 
 # Well under SQLite's bound-parameter limit (999 on old builds).
 _IN_CHUNK = 500
+# The newest turn's head is nearly always among the last few messages.
+_FIRST_CHUNK = 8
 
 
 class SqliteStore:
@@ -129,11 +133,15 @@ class SqliteStore:
         return None if row is None else int(row[0])
 
     async def commit(self, turn: TurnCommit) -> None:
-        key, snap = turn.key, turn.snapshot
+        key, snap, layout = turn.key, turn.snapshot, turn.layout
         # Serialised here, on the caller's side, so a value orjson rejects
-        # fails before any transaction starts.
-        state, working = dumps(snap.state), dumps(turn.working)
+        # fails before any transaction starts. With a layout only the rows from
+        # `fresh` on are likely to be written; the rest are serialised in the
+        # rare case the stored rows turn out not to match.
+        state = dumps(snap.state)
         entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
+        first = _first_fresh(layout, len(turn.working))
+        fresh = [dumps(m) for m in turn.working[first:]]
 
         def job(db: sqlite3.Connection) -> None:
             now = self._now()
@@ -158,13 +166,14 @@ class SqliteStore:
                         )
                 cid, turns = db.execute(
                     UPSERT_CONVERSATION,
-                    (key.tenant, key.conversation, snap.head, snap.position, state, working, now),
+                    (key.tenant, key.conversation, snap.head, snap.position, state, now),
                 ).fetchall()[0]
                 db.executemany(
                     "INSERT OR IGNORE INTO messages (conversation_id, hash, parent, message)"
                     " VALUES (?, ?, ?, ?)",
                     [(cid, h, parent, message) for h, parent, message in entries],
                 )
+                _write_working(db, cid, turn, first, fresh)
                 db.execute(
                     UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
                 )
@@ -186,8 +195,8 @@ class SqliteStore:
             # Scan from the end: the newest turn's head is usually the last
             # or second-to-last message, so one query settles it. A chunk
             # matches at most `max_snapshots` rows, so reading them whole is cheap.
-            for end in range(len(heads), 0, -_IN_CHUNK):
-                chunk = heads[max(0, end - _IN_CHUNK) : end]
+            for end, size in _chunks(len(heads)):
+                chunk = heads[max(0, end - size) : end]
                 marks = ",".join("?" * len(chunk))
                 sql = f"{SELECT_SNAPSHOTS} AND head IN ({marks})"
                 found = {row[0]: row for row in db.execute(sql, (cid, *chunk))}
@@ -202,18 +211,19 @@ class SqliteStore:
     async def latest(self, key: ConvKey) -> Conversation | None:
         def job(db: sqlite3.Connection) -> Conversation | None:
             row = db.execute(
-                "SELECT head, position, state, working, turns, created_at, updated_at"
+                "SELECT id, head, position, state, turns, created_at, updated_at"
                 " FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
                 (key.tenant, key.conversation, self._cutoff()),
             ).fetchone()
             if row is None:
                 return None
-            head, position, state, working, turns, created_at, updated_at = row
+            cid, head, position, state, turns, created_at, updated_at = row
+            working = [loads(m) for (m,) in db.execute(SELECT_WORKING, (cid,))]
             return Conversation(
-                key, head, position, loads(state), loads(working), turns, created_at, updated_at
+                key, head, position, loads(state), working, turns, created_at, updated_at
             )
 
-        return await self._run(job)
+        return await self._run(lambda db: _read(db, lambda: job(db)))
 
     async def archive(
         self, key: ConvKey, *, limit: int = 1000, offset: int = 0
@@ -267,6 +277,73 @@ class SqliteStore:
         db, self._closed = self._db, True
         await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
         self._executor.shutdown(wait=False)
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    """(end, size) of the slices of n heads to look up, newest first: a small one, then big ones."""
+    out: list[tuple[int, int]] = []
+    end, size = n, _FIRST_CHUNK
+    while end > 0:
+        out.append((end, size))
+        end, size = end - size, _IN_CHUNK
+    return out
+
+
+def _first_fresh(layout: WorkingLayout | None, n: int) -> int:
+    """Index of the first working message at or after `layout.fresh`: the ones a commit writes."""
+    if layout is None:
+        return 0
+    if layout.fresh <= layout.leading:
+        return min(layout.fresh, n)
+    return max(layout.leading, min(n, layout.leading + layout.fresh - layout.start))
+
+
+def _write_working(
+    db: sqlite3.Connection, cid: int, turn: TurnCommit, first: int, fresh: list[str]
+) -> None:
+    """Bring the working rows to `turn.working`, writing the rows from `first` on if that suffices.
+
+    The rows kept must be the same history: the row before the first fresh
+    one carries the chain hash the layout expects, and every kept position
+    has a row. Otherwise (append mode, an edit past the rows, a first turn)
+    all rows are rewritten.
+    """
+    layout, working = turn.layout, turn.working
+    if layout is not None and first > 0:
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND (pos >= ? AND pos < ? OR pos >= ?)",
+            (cid, layout.leading, layout.start, layout.position(first)),
+        )
+        below = db.execute(
+            "SELECT COUNT(*), MAX(pos) FROM working WHERE conversation_id = ?", (cid,)
+        ).fetchone()
+        last = layout.position(first - 1)
+        row = db.execute(
+            "SELECT hash FROM working WHERE conversation_id = ? AND pos = ?", (cid, last)
+        ).fetchone()
+        if below == (first, last) and row is not None and row[0] == layout.hashes[first - 1]:
+            db.executemany(
+                "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
+                [
+                    (cid, layout.position(first + i), layout.hashes[first + i], message)
+                    for i, message in enumerate(fresh)
+                ],
+            )
+            return
+    db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+    rows = [dumps(m) for m in working[:first]] + fresh
+    db.executemany(
+        "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
+        [
+            (
+                cid,
+                layout.position(i) if layout else i,
+                layout.hashes[i] if layout else None,
+                message,
+            )
+            for i, message in enumerate(rows)
+        ],
+    )
 
 
 def _write(db: sqlite3.Connection, body: Callable[[], T]) -> T:
