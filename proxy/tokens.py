@@ -179,6 +179,9 @@ def _load_tiktoken(encoding: str) -> Encoder:
     return tiktoken.get_encoding(encoding)
 
 
+MAP_AFTER_MISSES = 16
+
+
 class RequestCounts:
     """Token counts of one request's messages, looked up by object identity.
 
@@ -211,13 +214,16 @@ class RequestCounts:
         self.counts = tuple(counts)
         self._keep = items  # ids stay valid only while the objects live
         self._by_id = {id(m): c for m, c in zip(items[fresh:], self.counts[fresh:], strict=True)}
-        self._complete = fresh == 0
+        self._misses = 0 if fresh else MAP_AFTER_MISSES
         self.total = REPLY_PRIMING + sum(self.counts)
 
     def __call__(self, message: Message) -> int:
         found = self._by_id.get(id(message))
-        if found is None and not self._complete:
-            self._complete = True
-            self._by_id = {id(m): c for m, c in zip(self._keep, self.counts, strict=True)}
-            found = self._by_id.get(id(message))
+        if found is None and self._misses < MAP_AFTER_MISSES:
+            # A few old messages (the leading ones, say) are cheaper to count by
+            # digest; a strategy that walks them all is worth a full map.
+            self._misses += 1
+            if self._misses == MAP_AFTER_MISSES:
+                self._by_id = {id(m): c for m, c in zip(self._keep, self.counts, strict=True)}
+                found = self._by_id.get(id(message))
         return found if found is not None else self.counter.count_message(self.model, message)

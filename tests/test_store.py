@@ -480,3 +480,21 @@ async def test_racing_commits_on_one_version_let_exactly_one_win(make_store: Fac
     finally:
         await first.close()
         await second.close()
+
+
+@pytest.mark.asyncio
+async def test_a_conflict_among_concurrent_commits_undoes_only_its_own_turn(store: Store) -> None:
+    keys = [ConvKey("t", f"group-{i}") for i in range(6)]
+    await store.commit(turn(keys[3], [user("q0")]))
+    commits = [
+        dataclasses.replace(turn(k, [user("q0"), assistant("a"), user("q1")]), expected_turns=0)
+        for k in keys
+    ]
+    results = await asyncio.gather(*(store.commit(c) for c in commits), return_exceptions=True)
+    assert [isinstance(r, Conflict) for r in results] == [i == 3 for i in range(6)]
+    for i, key in enumerate(keys):
+        latest = await store.latest(key)
+        assert latest is not None and latest.turns == 1
+        assert latest.working == (turn(key, [user("q0")]) if i == 3 else commits[i]).working
+        found = await store.find_snapshot(key, chain_hashes(commits[i].working))
+        assert found is not None and found.position == (1 if i == 3 else 3)

@@ -8,6 +8,10 @@ SQLite wants anyway. (aiosqlite does the same with a thread per connection;
 a plain executor keeps one dependency fewer and the transaction code
 synchronous and easy to read.)
 
+The turns and lookups of the request path (`commit`, `find_snapshot`) are
+grouped: those that arrive while the worker is busy run together, one
+thread hop and one transaction for the group, each in its own savepoint.
+
 WAL lets readers in other processes (the `sqlite3` shell, a second replica
 on the same disk) read while a turn is being written; each write takes the
 lock up front with `BEGIN IMMEDIATE`, so two writers wait on the busy
@@ -17,10 +21,13 @@ timeout instead of failing half way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.store.base import (
@@ -86,6 +93,8 @@ class SqliteStore:
         self._closed = False
         self._db: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite")
+        self._queue: list[_Job] = []
+        self._queue_lock = threading.Lock()
         try:
             self._executor.submit(self._open).result()
         except sqlite3.Error as exc:
@@ -115,6 +124,62 @@ class SqliteStore:
             return await loop.run_in_executor(self._executor, job, db)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
+
+    async def _batched(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """Run `job` in the next group of jobs: one thread hop and one transaction for all.
+
+        Under load, turns of many conversations arrive together; handing each
+        to the worker thread and committing each alone cost more than the
+        SQL itself. Jobs queued while the worker is busy are run together, in
+        order, each inside its own savepoint, so one job's failure (a
+        `Conflict`) undoes only that job and the others still commit.
+        """
+        if self._closed or self._db is None:
+            raise StoreError("the SQLite store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._queue_lock:
+            self._queue.append(_Job(job, future, write))
+            first = len(self._queue) == 1
+        if first:
+            self._executor.submit(self._drain, loop)
+        return await future
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the worker thread: run every queued job, commit once, settle their futures."""
+        with self._queue_lock:
+            jobs, self._queue = self._queue, []
+        db = self._db
+        results: list[tuple[bool, Any]] = []
+        writes = any(j.write for j in jobs)
+        try:
+            if db is None:
+                raise sqlite3.ProgrammingError("the SQLite store is closed")
+            db.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
+            try:
+                for j in jobs:
+                    db.execute("SAVEPOINT job")
+                    try:
+                        results.append((True, j.job(db)))
+                    except Exception as exc:
+                        db.execute("ROLLBACK TO job")
+                        results.append((False, exc))
+                    db.execute("RELEASE job")
+                db.execute("COMMIT")
+            except BaseException:
+                # SQLite has already rolled back after some errors (disk full, I/O).
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            results = [(False, exc)] * len(jobs)
+        due = self._now() - self._last_sweep >= self._sweep_interval_s
+        if writes and db is not None and due:
+            # The turns are committed already; a failed sweep is retried next time.
+            with contextlib.suppress(sqlite3.Error):
+                self._sweep(db)
+        with contextlib.suppress(RuntimeError):  # the loop closed while the batch ran
+            loop.call_soon_threadsafe(_settle, jobs, results)
 
     def _cutoff(self) -> float:
         return self._now() - self._ttl_s if self._ttl_s > 0 else float("-inf")
@@ -179,11 +244,9 @@ class SqliteStore:
                 )
                 db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
 
-            _write(db, write)
-            if now - self._last_sweep >= self._sweep_interval_s:
-                self._sweep(db)
+            write()
 
-        await self._run(job)
+        await self._batched(job, write=True)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         heads = list(heads)
@@ -206,7 +269,7 @@ class SqliteStore:
                         return Snapshot(head, position, loads(state), created_at)
             return None
 
-        return await self._run(lambda db: _read(db, lambda: job(db)))
+        return await self._batched(job, write=False)
 
     async def latest(self, key: ConvKey) -> Conversation | None:
         def job(db: sqlite3.Connection) -> Conversation | None:
@@ -279,6 +342,27 @@ class SqliteStore:
         self._executor.shutdown(wait=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Job:
+    job: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    write: bool
+
+
+def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
+    for job, (ok, value) in zip(jobs, results, strict=True):
+        if job.future.done():  # the caller was cancelled; the job ran all the same
+            continue
+        if ok:
+            job.future.set_result(value)
+        elif isinstance(value, sqlite3.Error):
+            error = StoreError(f"SQLite: {value}")
+            error.__cause__ = value
+            job.future.set_exception(error)
+        else:
+            job.future.set_exception(value)
+
+
 def _chunks(n: int) -> list[tuple[int, int]]:
     """(end, size) of the slices of n heads to look up, newest first: a small one, then big ones."""
     out: list[tuple[int, int]] = []
@@ -309,27 +393,23 @@ def _write_working(
     all rows are rewritten.
     """
     layout, working = turn.layout, turn.working
-    if layout is not None and first > 0:
+    if layout is not None and first > 0 and _rows_match(db, cid, layout, first):
         db.execute(
-            "DELETE FROM working WHERE conversation_id = ? AND (pos >= ? AND pos < ? OR pos >= ?)",
-            (cid, layout.leading, layout.start, layout.position(first)),
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ? AND pos < ?",
+            (cid, layout.leading, layout.start),
         )
-        below = db.execute(
-            "SELECT COUNT(*), MAX(pos) FROM working WHERE conversation_id = ?", (cid,)
-        ).fetchone()
-        last = layout.position(first - 1)
-        row = db.execute(
-            "SELECT hash FROM working WHERE conversation_id = ? AND pos = ?", (cid, last)
-        ).fetchone()
-        if below == (first, last) and row is not None and row[0] == layout.hashes[first - 1]:
-            db.executemany(
-                "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
-                [
-                    (cid, layout.position(first + i), layout.hashes[first + i], message)
-                    for i, message in enumerate(fresh)
-                ],
-            )
-            return
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ?",
+            (cid, layout.position(first)),
+        )
+        db.executemany(
+            "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
+            [
+                (cid, layout.position(first + i), layout.hashes[first + i], message)
+                for i, message in enumerate(fresh)
+            ],
+        )
+        return
     db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
     rows = [dumps(m) for m in working[:first]] + fresh
     db.executemany(
@@ -344,6 +424,31 @@ def _write_working(
             for i, message in enumerate(rows)
         ],
     )
+
+
+def _rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: int) -> bool:
+    """Whether the stored rows hold `working[:first]` of this layout, by a few index lookups.
+
+    Stored rows always form one history's working list: a leading block from
+    position 0 and one contiguous run (every write keeps or rewrites them so).
+    The row before the first fresh one carrying the expected chain hash means
+    the same history up to there; the rows at the run's and the block's ends
+    being present means none of the kept ones is missing.
+    """
+    last = layout.position(first - 1)
+    probes = [last]
+    if first > layout.leading:
+        probes.append(layout.start)
+        if layout.leading:
+            probes.append(layout.leading - 1)
+    marks = ",".join("?" * len(probes))
+    found = dict(
+        db.execute(
+            f"SELECT pos, hash FROM working WHERE conversation_id = ? AND pos IN ({marks})",
+            (cid, *probes),
+        ).fetchall()
+    )
+    return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
 
 
 def _write(db: sqlite3.Connection, body: Callable[[], T]) -> T:
