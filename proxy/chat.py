@@ -39,9 +39,9 @@ from .tokens import RequestCounts
 from .upstream import (
     bearer_token,
     forward_headers,
+    post_request,
     response_headers,
     transport_error,
-    upstream_url,
 )
 
 log = logging.getLogger("context_proxy.chat")
@@ -124,6 +124,8 @@ async def chat_completions(request: Request) -> Response:
 
 def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
     """One line per request: ids, reduction and sizes, never content or keys."""
+    if not access.isEnabledFor(logging.INFO):
+        return
     access.info(
         "chat conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
         "upstream_status=%d ms=%.1f",
@@ -408,11 +410,11 @@ def _with_kind(reduction: Reduction, kind: str) -> Reduction:
 
 async def send(ctx: AppContext, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
     # The proxy reads the answer to keep it, so it asks for an uncompressed one.
-    request = ctx.client.build_request(
-        "POST",
-        upstream_url(ctx.settings.upstream.base_url, "/v1/chat/completions"),
-        content=orjson.dumps(body),
-        headers={**headers, "content-type": "application/json", "accept-encoding": "identity"},
+    request = post_request(
+        ctx.client,
+        ctx.chat_url,
+        orjson.dumps(body),
+        {**headers, "content-type": "application/json", "accept-encoding": "identity"},
     )
     try:
         return await ctx.client.send(request, stream=True)

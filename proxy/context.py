@@ -20,8 +20,10 @@ from .reduction.types import Budget, Policy
 from .store import Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
+from .upstream import upstream_url
 
 KNOWN_BYTES = 64 * 1024 * 1024
+MEMO_LIMIT = 4096
 
 
 def _weight(known: Known) -> int:
@@ -105,7 +107,33 @@ class AppContext:
         if known.weight <= KNOWN_BYTES:
             self.known[key] = known
 
+    # Budgets and policies are pure functions of settings and a few request values;
+    # built once per distinct input instead of once per request.
+    _budgets: dict[tuple[str, int], Budget] = field(default_factory=dict, repr=False)
+    _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
+    # The upstream is fixed by configuration, so its chat URL is parsed once.
+    chat_url: httpx.URL = field(init=False)
+
+    def __post_init__(self) -> None:
+        base = self.settings.upstream.base_url
+        self.chat_url = httpx.URL(upstream_url(base, "/v1/chat/completions"))
+
     def policy(self, strategy: str) -> Policy:
+        found = self._policies.get(strategy)
+        if found is None:
+            found = self._policies[strategy] = self._policy(strategy)
+        return found
+
+    def budget(self, model: str, reserved_output: int) -> Budget:
+        key = (model, reserved_output)
+        found = self._budgets.get(key)
+        if found is None:
+            if len(self._budgets) >= MEMO_LIMIT:  # models and max_tokens come from clients
+                self._budgets.clear()
+            found = self._budgets[key] = self._budget(model, reserved_output)
+        return found
+
+    def _policy(self, strategy: str) -> Policy:
         r = self.settings.reduction
         return Policy(
             strategy=strategy,
@@ -116,7 +144,7 @@ class AppContext:
             pinned_prefixes=r.pinned_prefixes,
         )
 
-    def budget(self, model: str, reserved_output: int) -> Budget:
+    def _budget(self, model: str, reserved_output: int) -> Budget:
         r = self.settings.reduction
         m = self.settings.models
         return Budget(
