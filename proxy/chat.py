@@ -26,7 +26,7 @@ from . import recall
 from .context import AppContext
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .known import Known, resent
+from .known import Known, prefix_of, resent
 from .messages import Message, chain_hashes, digest, is_leading, last_user_index, text_of
 from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
@@ -382,9 +382,11 @@ def _known(
     """This request, remembered for the next one; its tail as the next turn will start it."""
     tail = reduction.tail
     moved = reduction.state.tail_start - turn.working.state.tail_start
+    prefix_len, prefix_digest = prefix_of(resend.raw)
     return Known(
         messages=tuple(messages),
-        raw=resend.raw,
+        prefix_len=prefix_len,
+        prefix_digest=prefix_digest,
         digests=tuple(digests),
         hashes=tuple(hashes),
         model=model,

@@ -10,11 +10,14 @@ and only its new messages are worked on.
 
 The prefix is recognised by bytes, not by Python equality: the request's
 message list is serialised once (orjson, in C, about as fast as copying it)
-and must start with the bytes remembered from last time, so `1` never
-passes for `true` and a reordered key never passes for the original. The
-matched messages are then replaced by the remembered objects, which are
-equal to the byte, so everything downstream (the core's memo, identity
-lookups) finds the objects it saw before.
+and must start with the bytes seen last time, so `1` never passes for
+`true` and a reordered key never passes for the original. Only the length
+and an xxh3-128 digest of those bytes are kept, not the bytes (hundreds of
+kilobytes in a long conversation); as with message digests, a crafted
+collision could only confuse the crafter's own conversation. The matched
+messages are then replaced by the remembered objects, which are equal to
+the byte, so everything downstream (the core's memo, identity lookups)
+finds the objects it saw before.
 
 Pure: the app holds the cache and decides when to look and when to store.
 """
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
+import xxhash
 
 from .messages import Message
 from .reduction.tail import Tail
@@ -39,7 +43,10 @@ class Known:
     """
 
     messages: tuple[Message, ...]
-    raw: bytes  # orjson.dumps(list(messages)): the bytes the next request must start with
+    # orjson.dumps(list(messages)) without its closing bracket: what the next request's
+    # message list must start with, as its length and xxh3-128 digest.
+    prefix_len: int
+    prefix_digest: bytes
     digests: tuple[bytes, ...]
     hashes: tuple[str, ...]
     model: str
@@ -50,8 +57,14 @@ class Known:
 
     @property
     def weight(self) -> int:
-        """Roughly the bytes this entry holds: its raw form and the parsed objects."""
-        return 2 * len(self.raw) + 64 * len(self.messages)
+        """Roughly the bytes this entry holds: the parsed messages and their bookkeeping."""
+        return self.prefix_len + 200 * len(self.messages)
+
+
+def prefix_of(raw: bytes) -> tuple[int, bytes]:
+    """`Known.prefix_len` and `prefix_digest` for a message list that serialises to `raw`."""
+    cut = len(raw) - 1
+    return cut, xxhash.xxh3_128_digest(memoryview(raw)[:cut])
 
 
 def resent(known: Known | None, messages: list[Message], raw: bytes) -> int:
@@ -60,16 +73,15 @@ def resent(known: Known | None, messages: list[Message], raw: bytes) -> int:
     Those entries of `messages` are replaced in place by the remembered
     objects. `raw` is `orjson.dumps(messages)`. An edit or a regeneration
     shares a shorter prefix; it is found message by message, then checked
-    by bytes the same way.
+    by serialising both sides.
     """
     if known is None or not known.messages or not messages:
         return 0
-    n = len(known.messages)
-    cut = len(known.raw) - 1  # the remembered list without its closing bracket
+    n, cut = len(known.messages), known.prefix_len
     if (
         n <= len(messages)
-        and raw.startswith(known.raw[:cut])
         and raw[cut : cut + 1] in (b",", b"]")
+        and xxhash.xxh3_128_digest(memoryview(raw)[:cut]) == known.prefix_digest
     ):
         messages[:n] = known.messages
         return n

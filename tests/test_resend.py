@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import respx
 from starlette.testclient import TestClient
@@ -20,6 +21,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
+from proxy.known import Known, prefix_of, resent
 from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
 from proxy.store.schema import m001_initial, migrate
 
@@ -162,3 +164,35 @@ async def test_a_working_history_stored_as_one_json_text_is_migrated_to_rows(
     finally:
         await store.close()
     assert latest is not None and latest.working == working
+
+
+def remembered(messages: list[dict[str, Any]]) -> Known:
+    n = len(messages)
+    length, digest = prefix_of(orjson.dumps(messages))
+    return Known(tuple(messages), length, digest, (b"",) * n, ("",) * n, "m", (0,) * n)
+
+
+def test_a_resent_prefix_is_recognised_and_its_objects_reused() -> None:
+    old = [system("s"), user("q"), assistant("a")]
+    known = remembered(old)
+    new = [system("s"), user("q"), assistant("a"), user("next")]
+    assert resent(known, new, orjson.dumps(new)) == 3
+    assert all(a is b for a, b in zip(new, old, strict=False)) and new[3] == user("next")
+
+
+def test_an_edit_or_regeneration_reuses_only_the_common_part() -> None:
+    known = remembered([system("s"), user("q"), assistant("a"), user("q2")])
+    regenerated = [system("s"), user("q"), assistant("a"), user("other")]
+    assert resent(known, regenerated, orjson.dumps(regenerated)) == 3
+    edited = [system("s"), user("changed"), assistant("a")]
+    assert resent(known, edited, orjson.dumps(edited)) == 1
+
+
+def test_equal_values_in_another_json_form_are_not_taken_for_the_same_message() -> None:
+    known = remembered([user("q") | {"n": 1}, assistant("a")])
+    for variant in ({"n": True}, {"n": 1.0}):
+        new = [user("q") | variant, assistant("a"), user("next")]
+        assert resent(known, new, orjson.dumps(new)) == 0
+        assert new[0]["n"] is variant["n"]
+    reordered = [{"content": "q", "role": "user", "n": 1}, assistant("a")]
+    assert resent(known, reordered, orjson.dumps(reordered)) == 0
