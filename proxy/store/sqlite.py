@@ -158,6 +158,12 @@ class SqliteStore:
             db.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
             try:
                 for j in jobs:
+                    if not j.write:  # a read has nothing to undo
+                        try:
+                            results.append((True, j.job(db)))
+                        except Exception as exc:
+                            results.append((False, exc))
+                        continue
                     db.execute("SAVEPOINT job")
                     try:
                         results.append((True, j.job(db)))
@@ -242,7 +248,8 @@ class SqliteStore:
                 db.execute(
                     UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
                 )
-                db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
+                if turns > self._max_snapshots:  # one snapshot a turn: fewer need no pruning
+                    db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
 
             write()
 
