@@ -8,9 +8,11 @@ SQLite wants anyway. (aiosqlite does the same with a thread per connection;
 a plain executor keeps one dependency fewer and the transaction code
 synchronous and easy to read.)
 
-The turns and lookups of the request path (`commit`, `find_snapshot`) are
-grouped: those that arrive while the worker is busy run together, one
-thread hop and one transaction for the group, each in its own savepoint.
+Turns (`commit`) are grouped: those that arrive while the worker is busy
+run together, one thread hop and one transaction for the group, each in
+its own savepoint. The lookup every full-history request makes first
+(`find_snapshot`) runs on the event loop's thread, on a read-only
+connection of its own: a few indexed reads that WAL never makes wait.
 
 WAL lets readers in other processes (the `sqlite3` shell, a second replica
 on the same disk) read while a turn is being written; each write takes the
@@ -95,12 +97,28 @@ class SqliteStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite")
         self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
         try:
             self._executor.submit(self._open).result()
+            if path != ":memory:" and not path.startswith("file:"):
+                self._reader = self._open_reader()
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=False)
             self._closed = True
             raise StoreError(f"cannot open SQLite store at {path!r}: {exc}") from exc
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """A read-only connection for the lookups each request makes before going upstream.
+
+        They are a few indexed reads, which under WAL never wait for a
+        writer, so they run on the caller's thread: a hop to the worker and
+        back cost more than the reads. Only the event loop's thread uses it.
+        """
+        reader = sqlite3.connect(
+            self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        reader.execute("PRAGMA query_only=ON")
+        return reader
 
     def _open(self) -> None:
         db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
@@ -276,7 +294,15 @@ class SqliteStore:
                         return Snapshot(head, position, loads(state), created_at)
             return None
 
-        return await self._batched(job, write=False)
+        reader = self._reader
+        if reader is None:  # an in-memory database exists on the worker's connection only
+            return await self._batched(job, write=False)
+        if self._closed:
+            raise StoreError("the SQLite store is closed")
+        try:
+            return _read(reader, lambda: job(reader))
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite: {exc}") from exc
 
     async def latest(self, key: ConvKey) -> Conversation | None:
         def job(db: sqlite3.Connection) -> Conversation | None:
@@ -345,6 +371,8 @@ class SqliteStore:
         if self._closed or self._db is None:
             return
         db, self._closed = self._db, True
+        if self._reader is not None:
+            self._reader.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
         self._executor.shutdown(wait=False)
 
