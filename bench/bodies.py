@@ -163,3 +163,23 @@ def growing(n: int, turns: int, seed: int) -> list[bytes]:
         convo = [*convo, ANSWER_MESSAGE, {"role": "user", "content": f"Turn {t}: go on."}]
         bodies.append(orjson.dumps({"model": MODEL, "messages": convo}))
     return bodies
+
+
+def long_conversation(turns: int, seed: int) -> list[bytes]:
+    """A conversation for `bench-small` that starts short and crosses its window again and again.
+
+    Each turn adds the stored answer and a short question (about 35 tokens
+    in all), so the summariser is needed every dozen turns or so, and the
+    proxy has a few turns between its soft mark and the trigger to prepare
+    the summary in the background.
+    """
+    rng = random.Random(seed)
+    convo: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful bot."},
+        {"role": "user", "content": prose(rng, 200)},
+    ]
+    bodies = [orjson.dumps({"model": STEADY_MODEL, "messages": convo})]
+    for t in range(1, turns):
+        convo = [*convo, ANSWER_MESSAGE, {"role": "user", "content": f"{t}: " + prose(rng, 40)}]
+        bodies.append(orjson.dumps({"model": STEADY_MODEL, "messages": convo}))
+    return bodies

@@ -25,6 +25,7 @@ from .memory import MemoryCost, memory_cost
 from .procs import Fleet, Server, fleet, free_port
 from .report import REF_FLOOR, render
 from .turns import TurnCost, turn_costs
+from .waits import ANSWER_DELAY_S, SUMMARY_DELAY_S, summary_waits
 
 QUICK = Plan(
     reps=1,
@@ -34,6 +35,8 @@ QUICK = Plan(
     turns=4,
     mem_convs=60,
     mem_turns=8,
+    wait_convs=8,
+    wait_turns=40,
 )
 FULL = Plan(
     reps=3,
@@ -43,6 +46,8 @@ FULL = Plan(
     turns=5,
     mem_convs=200,
     mem_turns=10,
+    wait_convs=16,
+    wait_turns=48,
 )
 
 
@@ -95,6 +100,17 @@ def start_all(f: Fleet, workdir: Path, proxy_src: Path | None) -> dict[str, Serv
         env = {"PYTHONPATH": str(proxy_src.resolve())} if proxy_src else None
         args = ["-m", "proxy", "serve", "--config", str(config)]
         servers[name] = f.start(name, args, port=port, env=env, cwd=proxy_src)
+    # The summary-wait scenario: an upstream with a model's latency, a proxy of its own.
+    port = free_port()
+    delays = ["--answer-delay", str(ANSWER_DELAY_S), "--summary-delay", str(SUMMARY_DELAY_S)]
+    slow = f.start(
+        "mock-slow", ["-m", "bench.mock_upstream", "--port", str(port), *delays], port=port
+    )
+    port = free_port()
+    config = proxy_config(workdir, "proxy-waits", port, slow.url, "sqlite")
+    env = {"PYTHONPATH": str(proxy_src.resolve())} if proxy_src else None
+    args = ["-m", "proxy", "serve", "--config", str(config)]
+    servers["proxy-waits"] = f.start("proxy-waits", args, port=port, env=env, cwd=proxy_src)
     return servers
 
 
@@ -119,7 +135,9 @@ async def measure(
     for rep in range(plan.reps):
         turn_reps.append(await turn_costs(servers["proxy"], servers[REF_FLOOR], plan, rep))
     _say("per-turn cost: done")
-    return render(results, turn_reps, memory)
+    waits = await summary_waits(servers["proxy-waits"], plan)
+    _say("summary waits: done")
+    return render(results, turn_reps, memory, waits)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,8 @@ class Plan:
     turns: int
     mem_convs: int
     mem_turns: int
+    wait_convs: int = 8
+    wait_turns: int = 40
 
 
 TEMPLATES: dict[str, Callable[[bool], Template]] = {

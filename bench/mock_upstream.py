@@ -10,6 +10,7 @@ summary, which is what makes a steady summarising conversation possible.
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -73,7 +74,22 @@ SUMMARY_JSON = completion(SUMMARY)
 ANSWER_SSE = sse_chunks(ANSWER)
 
 
-async def app(scope: Scope, receive: Receive, send: Send) -> None:
+def make_app(answer_delay_s: float = 0.0, summary_delay_s: float = 0.0) -> Callable[..., Any]:
+    """The mock; the delays stand for a real model's answer and summariser latency."""
+
+    async def delayed(scope: Scope, receive: Receive, send: Send) -> None:
+        await app(scope, receive, send, answer_delay_s, summary_delay_s)
+
+    return delayed
+
+
+async def app(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    answer_delay_s: float = 0.0,
+    summary_delay_s: float = 0.0,
+) -> None:
     if scope["type"] == "lifespan":
         while True:
             message = await receive()
@@ -94,10 +110,16 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["method"] == "GET":
         await _send_all(send, 200, JSON_HEADERS, [b'{"status":"ok"}'])
     elif SUMMARIZER_MARK in body[:4096]:
+        if summary_delay_s:
+            await asyncio.sleep(summary_delay_s)
         await _send_all(send, 200, JSON_HEADERS, [SUMMARY_JSON])
     elif b'"stream":true' in body or b'"stream": true' in body:
+        if answer_delay_s:
+            await asyncio.sleep(answer_delay_s)
         await _send_all(send, 200, SSE_HEADERS, ANSWER_SSE)
     else:
+        if answer_delay_s:
+            await asyncio.sleep(answer_delay_s)
         await _send_all(send, 200, JSON_HEADERS, [ANSWER_JSON])
 
 
@@ -116,9 +138,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--answer-delay", type=float, default=0.0, help="seconds per chat answer")
+    parser.add_argument("--summary-delay", type=float, default=0.0, help="seconds per summary")
     args = parser.parse_args()
+    delays = args.answer_delay or args.summary_delay
     uvicorn.run(
-        app,
+        make_app(args.answer_delay, args.summary_delay) if delays else app,
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",

@@ -233,6 +233,7 @@ async def admin_conversation(request: Request) -> Response:
     try:
         if request.method == "DELETE":
             deleted = await ctx.store.delete(key)
+            ctx.known.pop(key, None)
             if not deleted:
                 raise ProxyError(404, "No such conversation.", code="conversation_not_found")
             return Response(

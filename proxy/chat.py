@@ -13,7 +13,7 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -27,9 +27,19 @@ from .context import AppContext
 from .embeddings import Embedder, EmbeddingsUnavailable, embed_pending
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .messages import Message, chain_hashes, digest, last_user_index, role, text_of
+from .known import Known, prefix_of, resent
+from .messages import (
+    Message,
+    chain_hashes,
+    digest,
+    is_leading,
+    last_user_index,
+    role,
+    text_of,
+)
 from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
+from .reduction.tail import Tail
 from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction, SummaryRequest
 from .sse import StreamAssembler, message_from_completion
 from .store import Conflict, ConvKey, StoreError
@@ -38,9 +48,9 @@ from .tokens import RequestCounts
 from .upstream import (
     bearer_token,
     forward_headers,
+    post_request,
     response_headers,
     transport_error,
-    upstream_url,
 )
 
 # Embeddings recall: an archived message must be this much more similar to the
@@ -56,7 +66,8 @@ async def chat_completions(request: Request) -> Response:
     started = time.perf_counter()
     check_content_type(request.headers.get("content-type"))
     body = await read_body(request, ctx.settings.server.max_body_bytes)
-    payload = parse_chat(body)
+    resend = Resend(ctx, request.headers)
+    payload = parse_chat(body, resend)
     api_key = authorize(ctx, request)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
@@ -83,7 +94,9 @@ async def chat_completions(request: Request) -> Response:
     if lock is not None:
         await lock.acquire()
     try:
-        outcome = await prepare(ctx, key, payload, messages, mode, strategy, headers)
+        outcome = await prepare(
+            ctx, key, payload, messages, mode, strategy, headers, resend.of(key)
+        )
         forwarded = {**payload, "messages": list(outcome.reduction.messages)}
         response = await send(ctx, forwarded, headers)
         ctx.metrics.upstream_latency.labels("/v1/chat/completions").observe(
@@ -124,6 +137,8 @@ async def chat_completions(request: Request) -> Response:
 
 def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
     """One line per request: ids, reduction and sizes, never content or keys."""
+    if not access.isEnabledFor(logging.INFO):
+        return
     access.info(
         "chat conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
         "upstream_status=%d ms=%.1f",
@@ -163,10 +178,14 @@ async def prepare(
     mode: str,
     strategy: str,
     headers: dict[str, str],
+    resend: Resend | None = None,
 ) -> Outcome:
     stateless = False
     version: int | None = None
     digests: list[bytes] | None = None
+    counts: list[int] | None = None
+    model = str(payload["model"])
+    known, seen = (resend.known, resend.count) if resend is not None else (None, 0)
     if mode == "append":
         try:
             stored = await ctx.store.latest(key)
@@ -189,8 +208,18 @@ async def prepare(
         turn = conv.reconcile_append(messages, stored.working, stored.state, stored.position + 1)
         version = stored.turns
     else:
-        digests = [digest(m) for m in messages]
-        hashes = chain_hashes(messages, digests=digests)
+        digests = [*(known.digests[:seen] if known else ()), *map(digest, messages[seen:])]
+        parent = known.hashes[seen - 1] if known and seen else ""
+        hashes = [
+            *(known.hashes[:seen] if known else ()),
+            *chain_hashes(messages[seen:], parent, digests=digests[seen:]),
+        ]
+        if known is not None and known.model == model:
+            fresh = zip(messages[seen:], digests[seen:], strict=True)
+            counts = [
+                *known.counts[:seen],
+                *(ctx.counter.count_message(model, m, d) for m, d in fresh),
+            ]
         try:
             snapshot = await ctx.store.find_snapshot(key, hashes)
         except StoreError:
@@ -203,14 +232,18 @@ async def prepare(
             snapshot.position if snapshot else None,
             snapshot.state if snapshot else None,
         )
-    model = str(payload["model"])
-    counts = RequestCounts(ctx.counter, model, turn.history, digests)
-    tokens_in = counts.total
+    count = RequestCounts(ctx.counter, model, turn.history, digests, counts, seen)
+    tokens_in = count.total
     made = spent = 0
     if strategy == "none":
         reduction = _unreduced(turn, tokens_in)
     else:
-        reduction, made, spent = await _reduce(ctx, key, turn, payload, strategy, headers, counts)
+        memo = _memo(known, model, turn) if seen else None
+        reduction, made, spent = await _reduce(
+            ctx, key, turn, payload, strategy, headers, count, memo
+        )
+    if resend is not None and digests is not None:
+        ctx.remember(key, _known(resend, messages, digests, hashes, model, count, turn, reduction))
     recalled: int | None = None
     if ctx.settings.recall.enabled:
         reduction, recalled = await _recall(ctx, key, reduction, payload, headers)
@@ -230,6 +263,7 @@ async def _reduce(
     strategy: str,
     headers: dict[str, str],
     count: RequestCounts,
+    memo: Tail | None = None,
 ) -> tuple[Reduction, int, int]:
     """Reduce; when the core asks for summaries, produce them and reduce again.
 
@@ -241,7 +275,7 @@ async def _reduce(
     budget = ctx.budget(model, reserved_output(payload))
     try:
         prepared = ctx.prepared.get(key) or {}
-        reduction = reduce(turn.working, policy, budget, count, prepared)
+        reduction = reduce(turn.working, policy, budget, count, prepared, memo=memo)
     except ContextTooLarge as exc:
         raise ProxyError(400, str(exc), param="messages", code="context_length_exceeded") from None
     made = spent = 0
@@ -260,7 +294,8 @@ async def _reduce(
                 spent += result.tokens
             made = len(results)
             ctx.metrics.summaries_made.inc(made)
-            reduction = reduce(turn.working, policy, budget, count, {**prepared, **texts})
+            summaries = {**prepared, **texts}
+            reduction = reduce(turn.working, policy, budget, count, summaries, memo=reduction.tail)
         except SummarizerUnavailable as exc:
             ctx.metrics.summarizer_failures.inc()
             log.warning("summarizer failed (%s); forwarding a window reduction", exc)
@@ -362,6 +397,83 @@ async def _search(
     return "", 0
 
 
+class Resend:
+    """Finds, while the body is checked, the part of a full-history request seen last turn.
+
+    `parse_chat` calls it with the parsed messages: the prefix it reports is
+    not checked again (it was, when first seen), and `prepare` reuses what
+    was computed for it. It looks only; any doubt (append mode, a header
+    that `identify` will refuse, messages too malformed to derive an id
+    from) means "nothing known", and the request is handled in full.
+    """
+
+    def __init__(self, ctx: AppContext, headers: Mapping[str, str]) -> None:
+        self.ctx = ctx
+        self.headers = headers
+        self.key: ConvKey | None = None
+        self.known: Known | None = None
+        self.raw = b""
+        self.count = 0
+
+    def __call__(self, messages: list[Message]) -> int:
+        if self.headers.get("x-context-mode", "full").strip().lower() != "full":
+            return 0
+        for message in messages:
+            if not isinstance(message, dict):
+                return 0
+            if not is_leading(message):
+                break
+        try:
+            tenant = conv.tenant_of(bearer_token(self.headers))
+            ident = conv.identify(tenant, self.headers.get("x-conversation-id"), messages)
+            self.raw = orjson.dumps(messages)
+        except (ProxyError, orjson.JSONEncodeError):
+            return 0
+        self.key = ConvKey(ident.tenant, ident.conversation)
+        self.known = self.ctx.known.get(self.key)
+        self.count = resent(self.known, messages, self.raw)
+        return self.count
+
+    def of(self, key: ConvKey) -> Resend | None:
+        return self if self.key == key else None
+
+
+def _memo(known: Known | None, model: str, turn: conv.Turn) -> Tail | None:
+    """Last turn's grouped tail, if this turn's tail starts where that one did."""
+    if known is None or known.model != model or known.tail is None:
+        return None
+    same = known.leading == len(turn.working.leading)
+    return known.tail if same and known.tail_start == turn.working.state.tail_start else None
+
+
+def _known(
+    resend: Resend,
+    messages: list[Message],
+    digests: list[bytes],
+    hashes: list[str],
+    model: str,
+    count: RequestCounts,
+    turn: conv.Turn,
+    reduction: Reduction,
+) -> Known:
+    """This request, remembered for the next one; its tail as the next turn will start it."""
+    tail = reduction.tail
+    moved = reduction.state.tail_start - turn.working.state.tail_start
+    prefix_len, prefix_digest = prefix_of(resend.raw)
+    return Known(
+        messages=tuple(messages),
+        prefix_len=prefix_len,
+        prefix_digest=prefix_digest,
+        digests=tuple(digests),
+        hashes=tuple(hashes),
+        model=model,
+        counts=count.counts,
+        leading=len(turn.working.leading),
+        tail_start=reduction.state.tail_start,
+        tail=tail.since(moved) if tail is not None and moved >= 0 else None,
+    )
+
+
 def _unreduced(turn: conv.Turn, tokens: int) -> Reduction:
     return Reduction(
         messages=turn.history, state=turn.working.state, kinds=("none",), tokens_out=tokens
@@ -377,11 +489,11 @@ def _with_kind(reduction: Reduction, kind: str) -> Reduction:
 
 async def send(ctx: AppContext, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
     # The proxy reads the answer to keep it, so it asks for an uncompressed one.
-    request = ctx.client.build_request(
-        "POST",
-        upstream_url(ctx.settings.upstream.base_url, "/v1/chat/completions"),
-        content=orjson.dumps(body),
-        headers={**headers, "content-type": "application/json", "accept-encoding": "identity"},
+    request = post_request(
+        ctx.client,
+        ctx.chat_url,
+        orjson.dumps(body),
+        {**headers, "content-type": "application/json", "accept-encoding": "identity"},
     )
     try:
         return await ctx.client.send(request, stream=True)

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from .config import Settings
 from .embeddings import Embedder
+from .known import Known
 from .metrics import Metrics
 from .models import context_window
 from .record import Recorder
@@ -20,6 +21,14 @@ from .reduction.types import Budget, Policy
 from .store import Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
+from .upstream import upstream_url
+
+KNOWN_BYTES = 64 * 1024 * 1024
+MEMO_LIMIT = 4096
+
+
+def _weight(known: Known) -> int:
+    return known.weight
 
 
 class KeyedLocks:
@@ -96,7 +105,43 @@ class AppContext:
         default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
     )
 
+    # Each conversation's last full-history request, with what was computed for it,
+    # bounded by (roughly) the bytes it holds.
+    known: LRUCache[Hashable, Known] = field(
+        default_factory=lambda: LRUCache(maxsize=KNOWN_BYTES, getsizeof=_weight)
+    )
+
+    def remember(self, key: Hashable, known: Known) -> None:
+        if known.weight <= KNOWN_BYTES:
+            self.known[key] = known
+
+    # Budgets and policies are pure functions of settings and a few request values;
+    # built once per distinct input instead of once per request.
+    _budgets: dict[tuple[str, int], Budget] = field(default_factory=dict, repr=False)
+    _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
+    # The upstream is fixed by configuration, so its chat URL is parsed once.
+    chat_url: httpx.URL = field(init=False)
+
+    def __post_init__(self) -> None:
+        base = self.settings.upstream.base_url
+        self.chat_url = httpx.URL(upstream_url(base, "/v1/chat/completions"))
+
     def policy(self, strategy: str) -> Policy:
+        found = self._policies.get(strategy)
+        if found is None:
+            found = self._policies[strategy] = self._policy(strategy)
+        return found
+
+    def budget(self, model: str, reserved_output: int) -> Budget:
+        key = (model, reserved_output)
+        found = self._budgets.get(key)
+        if found is None:
+            if len(self._budgets) >= MEMO_LIMIT:  # models and max_tokens come from clients
+                self._budgets.clear()
+            found = self._budgets[key] = self._budget(model, reserved_output)
+        return found
+
+    def _policy(self, strategy: str) -> Policy:
         r = self.settings.reduction
         return Policy(
             strategy=strategy,
@@ -107,7 +152,7 @@ class AppContext:
             pinned_prefixes=r.pinned_prefixes,
         )
 
-    def budget(self, model: str, reserved_output: int) -> Budget:
+    def _budget(self, model: str, reserved_output: int) -> Budget:
         r = self.settings.reduction
         m = self.settings.models
         return Budget(

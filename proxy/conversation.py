@@ -79,6 +79,8 @@ class Turn:
     position: int
     prior: Mapping[str, Any]
     continued: bool
+    # Chain hashes of every message of `history`, when known (full-history mode).
+    hashes: tuple[str, ...] = ()
 
 
 def state_to_json(state: ReductionState) -> dict[str, Any]:
@@ -127,6 +129,7 @@ def reconcile_full(
         position=len(incoming),
         prior=prior if continued and prior is not None else {},
         continued=continued,
+        hashes=tuple(hashes),
     )
 
 

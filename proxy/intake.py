@@ -7,6 +7,7 @@ upstream to judge, so new OpenAI fields and content part types pass through.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -39,8 +40,12 @@ def too_large(limit: int) -> ProxyError:
     )
 
 
-def parse_chat(body: bytes) -> dict[str, Any]:
-    """The chat request as a dict, or a 400 saying what is wrong."""
+def parse_chat(body: bytes, known: Callable[[list[Message]], int] | None = None) -> dict[str, Any]:
+    """The chat request as a dict, or a 400 saying what is wrong.
+
+    `known(messages)` says how many leading messages were checked before (a
+    history resent unchanged, see `known.py`); only the rest are checked.
+    """
     if not body.strip():
         raise ProxyError(400, "The request body is empty; expected a JSON chat request.")
     try:
@@ -59,8 +64,8 @@ def parse_chat(body: bytes) -> dict[str, Any]:
         raise ProxyError(
             400, "'messages' is required and must be a non-empty array.", param="messages"
         )
-    for i, message in enumerate(messages):
-        check_message(message, f"messages[{i}]")
+    for i in range(known(messages) if known is not None else 0, len(messages)):
+        check_message(messages[i], f"messages[{i}]")
     for key in ("max_tokens", "max_completion_tokens"):
         value = payload.get(key)
         if value is not None and (

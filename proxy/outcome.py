@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from . import conversation as conv
 from .messages import Message, message_hash
 from .reduction.types import Reduction
-from .store import ArchiveEntry, Conversation, ConvKey, Snapshot, TurnCommit
+from .store import ArchiveEntry, Conversation, ConvKey, Snapshot, TurnCommit, WorkingLayout
 
 MAX_REBASES = 8
 
@@ -68,7 +68,19 @@ def turn_commit(outcome: Outcome, answer: Message, now: float) -> TurnCommit:
         ),
     }
     snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=now)
-    return TurnCommit(outcome.key, entries, snapshot, working, expected_turns=outcome.version)
+    layout = None
+    if turn.hashes and evicted >= 0:
+        leading = len(turn.working.leading)
+        start = leading + reduction.state.tail_start
+        layout = WorkingLayout(
+            leading=leading,
+            start=start,
+            fresh=turn.position - len(turn.new),
+            hashes=(*turn.hashes[:leading], *turn.hashes[start:], answer_hash),
+        )
+    return TurnCommit(
+        outcome.key, entries, snapshot, working, expected_turns=outcome.version, layout=layout
+    )
 
 
 def rebase(outcome: Outcome, latest: Conversation) -> Outcome:

@@ -179,12 +179,20 @@ def _load_tiktoken(encoding: str) -> Encoder:
     return tiktoken.get_encoding(encoding)
 
 
+MAP_AFTER_MISSES = 16
+
+
 class RequestCounts:
     """Token counts of one request's messages, looked up by object identity.
 
     The reduction core asks for the count of the same message objects many
     times; identity lookups spare it re-serialising them to find the cache
     key. Messages the core creates (truncated copies) fall back to the cache.
+
+    `counts`, when the caller already has them (a resent prefix, see
+    `known.py`), are trusted; the identity map is then built for the
+    messages from `fresh` on only, and for the rest on the first lookup
+    that needs it, so a turn that touches only its new messages stays cheap.
     """
 
     def __init__(
@@ -193,17 +201,29 @@ class RequestCounts:
         model: str,
         messages: Iterable[Message],
         digests: Iterable[bytes] | None = None,
+        counts: Iterable[int] | None = None,
+        fresh: int = 0,
     ) -> None:
         self.counter = counter
         self.model = model
         items = list(messages)
-        keys: Iterable[bytes | None] = digests if digests is not None else [None] * len(items)
-        self._by_id = {
-            id(m): counter.count_message(model, m, k) for m, k in zip(items, keys, strict=True)
-        }
+        if counts is None:
+            keys: Iterable[bytes | None] = digests if digests is not None else [None] * len(items)
+            counts = [counter.count_message(model, m, k) for m, k in zip(items, keys, strict=True)]
+            fresh = 0
+        self.counts = tuple(counts)
         self._keep = items  # ids stay valid only while the objects live
-        self.total = REPLY_PRIMING + sum(self._by_id.values())
+        self._by_id = {id(m): c for m, c in zip(items[fresh:], self.counts[fresh:], strict=True)}
+        self._misses = 0 if fresh else MAP_AFTER_MISSES
+        self.total = REPLY_PRIMING + sum(self.counts)
 
     def __call__(self, message: Message) -> int:
         found = self._by_id.get(id(message))
+        if found is None and self._misses < MAP_AFTER_MISSES:
+            # A few old messages (the leading ones, say) are cheaper to count by
+            # digest; a strategy that walks them all is worth a full map.
+            self._misses += 1
+            if self._misses == MAP_AFTER_MISSES:
+                self._by_id = {id(m): c for m, c in zip(self._keep, self.counts, strict=True)}
+                found = self._by_id.get(id(message))
         return found if found is not None else self.counter.count_message(self.model, message)

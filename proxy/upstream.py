@@ -36,6 +36,35 @@ HOP_BY_HOP = frozenset(
 PROXY_PREFIXES = ("x-conversation-id", "x-context-")
 
 
+class _NoCookies(httpx.Cookies):
+    """A cookie jar that never keeps anything an upstream sets."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class UpstreamClient(httpx.AsyncClient):
+    """The shared upstream client, without a cookie jar.
+
+    One client serves every tenant, so a cookie an upstream set in answer to
+    one client must never ride along with another's request. httpx keeps
+    cookies per client; this one keeps none, which also spares every
+    response the jar's parsing.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._no_cookies = _NoCookies()
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._no_cookies
+
+    @cookies.setter
+    def cookies(self, value: object) -> None:
+        return None
+
+
 def create_client(
     settings: UpstreamSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
@@ -52,8 +81,26 @@ def create_client(
         from httpx_aiohttp import AiohttpTransport
 
         transport = AiohttpTransport(limits=limits)
-    return httpx.AsyncClient(
+    return UpstreamClient(
         timeout=timeout, limits=limits, transport=transport, follow_redirects=False
+    )
+
+
+def post_request(
+    client: httpx.AsyncClient, url: httpx.URL, content: bytes, headers: Mapping[str, str]
+) -> httpx.Request:
+    """A POST as `client.build_request` makes it, minus its per-call work.
+
+    The URL is parsed once (the upstream is fixed); cookies are never sent
+    (see `UpstreamClient`).
+    """
+    defaults = {k.lower(): v for k, v in client.headers.items()}
+    return httpx.Request(
+        "POST",
+        url,
+        content=content,
+        headers={**defaults, **headers},
+        extensions={"timeout": client.timeout.as_dict()},
     )
 
 

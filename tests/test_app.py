@@ -373,3 +373,20 @@ def test_admin_list_is_paginated_and_filtered_by_tenant() -> None:
         ).json()
         assert other["data"] == []
         assert h.client.get("/admin/conversations?limit=0", headers=admin).status_code == 400
+
+
+def test_a_cookie_an_upstream_sets_never_reaches_another_request(h: Harness) -> None:
+    h.router.post("/chat/completions").respond(
+        200, json=completion(), headers={"set-cookie": "session=tenant-one; Path=/"}
+    )
+    h.router.get("/models").respond(
+        200, json={"data": []}, headers={"set-cookie": "other=tenant-one; Path=/"}
+    )
+    first = h.chat([user("hi")])
+    assert first.headers["set-cookie"].startswith("session=")  # relayed to its own client
+    for key in ("sk-client-one", "sk-client-two"):
+        h.client.cookies.clear()  # each request from a client that holds no cookie
+        h.client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+        h.client.cookies.clear()
+        h.chat([user("hello")], headers={"Authorization": f"Bearer {key}"})
+    assert [c.request.headers.get("cookie") for c in h.router.calls] == [None] * 5

@@ -226,6 +226,34 @@ def test_forwarded_request_extends_the_previous_one_until_a_threshold_is_crossed
         tail = (*tail[red.dropped :], assistant(f"answer {turn}"), user(f"next {turn}"))
 
 
+@FAST
+@given(st.one_of(conversations(), broken()), policies, budgets, st.data())
+def test_a_reused_tail_gives_the_same_reduction_as_grouping_afresh(
+    conv: tuple[list[Message], list[Message]], policy: Policy, budget: Budget, data: st.DataObject
+) -> None:
+    leading, body = conv
+    split = data.draw(st.integers(0, len(body)), label="split")
+    try:
+        earlier = reduce(Working(tuple(leading), tuple(body[:split])), policy, budget, count)
+        fresh = reduce(Working(tuple(leading), tuple(body)), policy, budget, count)
+    except ContextTooLarge:
+        return
+    assert earlier.tail is not None and fresh.tail is not None
+    reused = reduce(Working(tuple(leading), tuple(body)), policy, budget, count, memo=earlier.tail)
+    assert reused == fresh
+    assert reused.tail is not None and reused.tail.units == fresh.tail.units
+    for name in ("sizes", "token_sums", "message_sums", "forward", "forward_sums", "repaired"):
+        assert getattr(reused.tail, name) == getattr(fresh.tail, name), name
+    rest = fresh.tail.since(fresh.dropped)
+    if rest is not None:
+        later = Working(tuple(leading), tuple(body[fresh.dropped :]), fresh.state)
+        try:
+            expected = reduce(later, policy, budget, count)
+        except ContextTooLarge:
+            return
+        assert reduce(later, policy, budget, count, memo=rest) == expected
+
+
 def test_unknown_strategy_is_rejected() -> None:
     try:
         reduce(Working((), (user(),)), Policy(strategy="magic"), Budget(1000), count)

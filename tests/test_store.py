@@ -33,7 +33,7 @@ from tests.factories import assistant, call, system, tool, user
 ALICE = ConvKey("a" * 64, "chat-1")
 MALLORY = ConvKey("b" * 64, "chat-1")
 TTL = 3600
-TABLES = ("conversations", "messages", "snapshots")
+TABLES = ("conversations", "messages", "snapshots", "working")
 
 
 class Clock:
@@ -381,7 +381,7 @@ async def test_sweep_at_open_deletes_expired_rows(tmp_path: Path, clock: Clock) 
 
     with sqlite3.connect(path) as db:
         counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES]
-    assert counts == [0, 0, 0]
+    assert counts == [0, 0, 0, 0]
 
 
 def test_migrating_twice_is_a_noop(tmp_path: Path) -> None:
@@ -470,7 +470,9 @@ async def test_an_expired_conversation_counts_as_turn_0_and_a_refused_commit_kee
         await store.commit(stale)
     clock.advance(-(TTL + 1))
     kept = await store.latest(key)
-    if not isinstance(store, MemoryStore):  # the memory store's TTLCache evicts on its own
+    # Only Redis keeps expired rows until its own TTL; the memory store's TTLCache
+    # and the SQLite sweep may drop them at any time, as designed.
+    if not isinstance(store, (MemoryStore, SqliteStore)):
         assert kept is not None and kept.turns == 2
     clock.advance(TTL + 1)
     await store.commit(dataclasses.replace(stale, expected_turns=0))
@@ -504,6 +506,24 @@ async def test_racing_commits_on_one_version_let_exactly_one_win(make_store: Fac
     finally:
         await first.close()
         await second.close()
+
+
+@pytest.mark.asyncio
+async def test_a_conflict_among_concurrent_commits_undoes_only_its_own_turn(store: Store) -> None:
+    keys = [ConvKey("t", f"group-{i}") for i in range(6)]
+    await store.commit(turn(keys[3], [user("q0")]))
+    commits = [
+        dataclasses.replace(turn(k, [user("q0"), assistant("a"), user("q1")]), expected_turns=0)
+        for k in keys
+    ]
+    results = await asyncio.gather(*(store.commit(c) for c in commits), return_exceptions=True)
+    assert [isinstance(r, Conflict) for r in results] == [i == 3 for i in range(6)]
+    for i, key in enumerate(keys):
+        latest = await store.latest(key)
+        assert latest is not None and latest.turns == 1
+        assert latest.working == (turn(key, [user("q0")]) if i == 3 else commits[i]).working
+        found = await store.find_snapshot(key, chain_hashes(commits[i].working))
+        assert found is not None and found.position == (1 if i == 3 else 3)
 
 
 # -- search: FTS5 BM25 and stored vectors, the same for every backend ---------------------------

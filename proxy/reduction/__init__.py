@@ -15,6 +15,7 @@ from .filter import reduce_filter
 from .layout import SUMMARY_HEADER, Context, summary_key, summary_message
 from .repair import repair
 from .summarize import reduce_summarize
+from .tail import Tail
 from .tiered import reduce_tiered
 from .truncate import truncate_text
 from .types import (
@@ -44,6 +45,7 @@ __all__ = [
     "ReductionState",
     "SummaryBlock",
     "SummaryRequest",
+    "Tail",
     "Working",
     "reduce",
     "repair",
@@ -72,8 +74,14 @@ def reduce(
     budget: Budget,
     count: Counter,
     summaries: Mapping[str, str] = _NO_SUMMARIES,
+    *,
+    memo: Tail | None = None,
 ) -> Reduction:
     """Reduce one turn's working history with `policy.strategy`.
+
+    `memo` is an earlier result's `tail` (built with the same counter): the
+    part of it that is still a prefix of `working.tail` is not regrouped, so
+    a turn costs what its new messages cost.
 
     Raises `ContextTooLarge` when even the truncated mandatory part cannot fit
     `budget.hard_limit`, and `ValueError` for an unknown strategy.
@@ -81,4 +89,4 @@ def reduce(
     strategy = _STRATEGIES.get(policy.strategy)
     if strategy is None:
         raise ValueError(f"unknown reduction strategy {policy.strategy!r}")
-    return strategy(Context.build(working, policy, budget, count, summaries))
+    return strategy(Context.build(working, policy, budget, count, summaries, memo))

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..messages import Message, canonical, role, system_message
 from ..tokens import REPLY_PRIMING
-from .chains import Unit, active_index, group
-from .repair import REPAIR_PASSES
+from .chains import Unit, active_index
+from .tail import Tail, grouped_tail
 from .truncate import truncate_to_fit
 from .types import (
     KINDS,
@@ -60,8 +60,7 @@ class Context:
     budget: Budget
     count: Counter
     summaries: Mapping[str, str]
-    units: tuple[Unit, ...]
-    sizes: tuple[int, ...]
+    tail: Tail
     active: int
 
     @staticmethod
@@ -71,14 +70,30 @@ class Context:
         budget: Budget,
         count: Counter,
         summaries: Mapping[str, str],
+        memo: Tail | None = None,
     ) -> Context:
-        units = group(working.tail, REPAIR_PASSES if policy.repair_tool_chains else ())
-        sizes = tuple(sum(count(m) for m in u.forward) for u in units)
-        return Context(working, policy, budget, count, summaries, units, sizes, active_index(units))
+        tail = grouped_tail(working.tail, count, policy.repair_tool_chains, memo)
+        return Context(working, policy, budget, count, summaries, tail, active_index(tail.units))
 
     @property
     def state(self) -> ReductionState:
         return self.working.state
+
+    @property
+    def units(self) -> tuple[Unit, ...]:
+        return self.tail.units
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.tail.sizes
+
+    @property
+    def tail_tokens(self) -> int:
+        return self.tail.token_sums[-1]
+
+    @property
+    def tail_messages(self) -> int:
+        return self.tail.message_sums[-1]
 
     def tokens(self, messages: Iterable[Message]) -> int:
         return sum(self.count(m) for m in messages)
@@ -141,15 +156,121 @@ def finish(
     messages truncated, first the older ones of the active turn, then, down
     to `hard_limit`, any mandatory message but the leading instructions.
     """
+    found = set(kinds)
+    head = ctx.head(blocks)
+    head_tokens = ctx.tokens(head)
+    suffix = _suffix(ctx, pieces, selected, mandatory)
+    if suffix is not None:
+        lo, must = suffix
+        out, total, evicted = _finish_suffix(
+            ctx, lo, must, head, head_tokens, found, fit, cut_kind, cut_to
+        )
+    else:
+        out, total, evicted = _finish_general(
+            ctx, pieces, selected, mandatory, head, head_tokens, found, fit, cut_kind, cut_to
+        )
+    dropped = skipped + (evicted if advance else 0)
+    if not found - {"repaired"}:
+        found.add("none")
+    state = ReductionState(
+        tail_start=ctx.state.tail_start + dropped,
+        summaries=tuple(blocks),
+        extra=ctx.state.extra if extra is None else extra,
+    )
+    return Reduction(
+        messages=tuple(out),
+        state=state,
+        kinds=tuple(k for k in KINDS if k in found),
+        tokens_out=total + REPLY_PRIMING,
+        dropped=dropped,
+        summary_requests=tuple(requests),
+        reason=reason,
+        tail=ctx.tail,
+    )
+
+
+def _suffix(
+    ctx: Context,
+    pieces: Sequence[Unit] | None,
+    selected: Iterable[int] | None,
+    mandatory: Collection[int] | None,
+) -> tuple[int, int] | None:
+    """Where the kept and the mandatory units start, when both are suffixes of the tail's units.
+
+    That is the shape of every window and summary (drop the oldest units), and
+    the running sums of `ctx.tail` then answer without walking the units.
+    """
+    n = len(ctx.units)
+    if pieces is not None:
+        return None
+    must = min(ctx.active, n) if mandatory is None else _suffix_of(mandatory, n)
+    sel = 0 if selected is None else _suffix_of(selected, n)
+    if must is None or sel is None:
+        return None
+    return min(sel, must), must
+
+
+def _suffix_of(indices: Iterable[int], n: int) -> int | None:
+    """The start of `indices` if they are the range [start, n), else None."""
+    if not isinstance(indices, range) or indices.step != 1:
+        return None
+    if not indices:
+        return n
+    return indices.start if indices.stop == n and indices.start >= 0 else None
+
+
+def _finish_suffix(
+    ctx: Context,
+    lo: int,
+    must: int,
+    head: list[Message],
+    head_tokens: int,
+    found: set[str],
+    fit: bool,
+    cut_kind: str,
+    cut_to: int | None,
+) -> tuple[list[Message], int, int]:
+    """`finish` for the units from `lo` on, in time independent of how many there are."""
+    budget, tail = ctx.budget, ctx.tail
+    n = len(tail.units)
+    total = head_tokens + tail.token_sums[n] - tail.token_sums[lo]
+    if fit and total > budget.limit:
+        keep = budget.keep_recent if cut_to is None else cut_to
+        target = min(budget.limit, head_tokens + keep)
+        while lo < must and total > target:
+            total -= tail.sizes[lo]
+            lo += 1
+            found.add(cut_kind)
+    out = [*head, *tail.forward[tail.forward_sums[lo] :]]
+    if fit and total > budget.limit:
+        first = len(head) + tail.forward_sums[must] - tail.forward_sums[lo]
+        shortened, total = _last_resort(ctx, out, list(range(first, len(out))), len(head), total)
+        if shortened is not out:
+            found.add("truncated")
+        out = shortened
+    if tail.repaired and tail.repaired[-1] >= lo:
+        found.add("repaired")
+    return out, total, tail.message_sums[lo]
+
+
+def _finish_general(
+    ctx: Context,
+    pieces: Sequence[Unit] | None,
+    selected: Iterable[int] | None,
+    mandatory: Collection[int] | None,
+    head: list[Message],
+    head_tokens: int,
+    found: set[str],
+    fit: bool,
+    cut_kind: str,
+    cut_to: int | None,
+) -> tuple[list[Message], int, int]:
     budget = ctx.budget
     units = ctx.units if pieces is None else tuple(pieces)
     sizes = ctx.sizes if pieces is None else tuple(ctx.tokens(p.forward) for p in units)
     must = set(range(ctx.active, len(units)) if mandatory is None else mandatory)
     chosen = sorted(set(range(len(units)) if selected is None else selected) | must)
-    found = set(kinds)
 
-    head = ctx.head(blocks)
-    head_tokens = ctx.tokens(head)
     total = head_tokens + sum(sizes[i] for i in chosen)
     if fit and total > budget.limit:
         keep = budget.keep_recent if cut_to is None else cut_to
@@ -175,25 +296,9 @@ def finish(
         out = shortened
 
     first = chosen[0] if chosen else len(units)
-    dropped = skipped + (sum(u.size for u in units[:first]) if advance else 0)
     if any(units[i].repaired for i in chosen):
         found.add("repaired")
-    if not found - {"repaired"}:
-        found.add("none")
-    state = ReductionState(
-        tail_start=ctx.state.tail_start + dropped,
-        summaries=tuple(blocks),
-        extra=ctx.state.extra if extra is None else extra,
-    )
-    return Reduction(
-        messages=tuple(out),
-        state=state,
-        kinds=tuple(k for k in KINDS if k in found),
-        tokens_out=total + REPLY_PRIMING,
-        dropped=dropped,
-        summary_requests=tuple(requests),
-        reason=reason,
-    )
+    return out, total, sum(u.size for u in units[:first])
 
 
 def _last_resort(

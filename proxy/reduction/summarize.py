@@ -45,8 +45,8 @@ from .types import ContextTooLarge, Reduction, SummaryBlock, SummaryRequest
 def reduce_summarize(ctx: Context) -> Reduction:
     budget, policy, state = ctx.budget, ctx.policy, ctx.state
     blocks = state.summaries
-    total = ctx.tokens(ctx.head(blocks)) + sum(ctx.sizes)
-    count = ctx.messages_in(ctx.units)
+    total = ctx.tokens(ctx.head(blocks)) + ctx.tail_tokens
+    count = ctx.tail_messages
     by_tokens = total > budget.limit and policy.summarize_by in ("tokens", "both")
     by_count = (
         count > budget.target_messages + budget.threshold_messages
@@ -73,7 +73,7 @@ def reduce_summarize(ctx: Context) -> Reduction:
         return under
 
     if summary_key(previous, _evicted(ctx, drop)) not in ctx.summaries and ctx.summaries:
-        drop = _prepared_drop(ctx, drop, previous, total - sum(ctx.sizes))
+        drop = _prepared_drop(ctx, drop, previous, total - ctx.tail_tokens)
     evicted = _evicted(ctx, drop)
     covers = state.tail_start + len(evicted)
     key = summary_key(previous, evicted)

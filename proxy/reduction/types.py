@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..messages import Message
+
+if TYPE_CHECKING:
+    from .tail import Tail
 
 Counter = Callable[[Message], int]
 """Tokens of one message (framing included). `TokenCounter.for_model` builds one."""
@@ -161,3 +164,5 @@ class Reduction:
     reason: str = ""
     # Summaries worth preparing off the critical path; the answer changes nothing now.
     prepare: tuple[SummaryRequest, ...] = ()
+    # The working tail as grouped for this reduction: pass it as `memo` next turn.
+    tail: Tail | None = field(default=None, compare=False, repr=False)

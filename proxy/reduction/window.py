@@ -31,7 +31,7 @@ def _reused(ctx: Context) -> set[str]:
 
 def reduce_messages(ctx: Context) -> Reduction:
     budget = ctx.budget
-    count = ctx.messages_in(ctx.units)
+    count = ctx.tail_messages
     limit = budget.target_messages + budget.threshold_messages
     if count <= limit:
         return finish(ctx, blocks=ctx.state.summaries, kinds=_reused(ctx))

@@ -26,6 +26,7 @@ from proxy.store.base import (
     Store,
     StoreError,
     TurnCommit,
+    WorkingLayout,
 )
 from proxy.store.memory import MemoryStore
 from proxy.store.sqlite import SqliteStore
@@ -43,6 +44,7 @@ __all__ = [
     "Store",
     "StoreError",
     "TurnCommit",
+    "WorkingLayout",
     "open_store",
 ]
 

@@ -119,6 +119,27 @@ class SearchHit:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkingLayout:
+    """Where the messages of `TurnCommit.working` sit in the conversation.
+
+    `working[:leading]` are at positions 0, 1, ... and the rest at `start`,
+    `start + 1`, ...; `hashes[i]` is the chain hash of `working[i]`. Messages
+    before position `fresh` were in the part of the request the proxy had
+    stored before, so a store that keeps the working history as rows writes
+    only those from `fresh` on (after checking that its row at `fresh - 1`
+    carries the same chain hash, i.e. the same history up to there).
+    """
+
+    leading: int
+    start: int
+    fresh: int
+    hashes: tuple[str, ...]
+
+    def position(self, index: int) -> int:
+        return index if index < self.leading else self.start + index - self.leading
+
+
+@dataclass(frozen=True, slots=True)
 class TurnCommit:
     """Everything one completed turn writes, applied all or nothing by `Store.commit`."""
 
@@ -129,6 +150,8 @@ class TurnCommit:
     # When set, the commit applies only if the conversation has exactly this many
     # turns (an absent or expired one has 0); otherwise `Conflict` and nothing written.
     expected_turns: int | None = None
+    # Lets a store rewrite only the changed part of `working`; None: rewrite it all.
+    layout: WorkingLayout | None = None
 
 
 class Store(Protocol):

@@ -68,7 +68,34 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX snapshots_turn ON snapshots (conversation_id, turn)")
 
 
-def m002_message_search(db: sqlite3.Connection) -> None:
+def m002_working_rows(db: sqlite3.Connection) -> None:
+    """The working history as one row per message, so a turn writes only its new messages.
+
+    One JSON text per conversation meant rewriting the whole working history
+    (hundreds of kilobytes in a long conversation) on every turn. A row keeps
+    the message's position in the conversation and its chain hash, which is
+    how a commit tells that the rows it keeps belong to its own history.
+    `conversations.working` stays (SQLite keeps old columns) but is no longer read.
+    """
+    db.execute(
+        """
+        CREATE TABLE working (
+            conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+            pos INTEGER NOT NULL,
+            hash TEXT,
+            message TEXT NOT NULL,
+            PRIMARY KEY (conversation_id, pos)
+        )
+        """
+    )
+    db.execute(
+        "INSERT INTO working (conversation_id, pos, hash, message)"
+        " SELECT c.id, j.key, NULL, j.value FROM conversations c, json_each(c.working) j"
+    )
+    db.execute("UPDATE conversations SET working = '[]'")
+
+
+def m003_message_search(db: sqlite3.Connection) -> None:
     """The FTS5 index recall searches; rows are added lazily by the first search."""
     search.create(db)
     db.execute(
@@ -85,7 +112,7 @@ def m002_message_search(db: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_message_search]
+MIGRATIONS: list[Migration] = [m001_initial, m002_working_rows, m003_message_search]
 
 
 def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[str]:
@@ -127,6 +154,8 @@ LIST_CONVERSATIONS = """
     FROM conversations c
 """
 
+SELECT_WORKING = "SELECT message FROM working WHERE conversation_id = ? ORDER BY pos"
+
 SELECT_SNAPSHOTS = (
     "SELECT head, position, state, created_at FROM snapshots WHERE conversation_id = ?"
 )
@@ -136,10 +165,10 @@ DELETE_IDLE = "DELETE FROM conversations WHERE updated_at < ?"
 UPSERT_CONVERSATION = """
     INSERT INTO conversations
         (tenant, conversation, head, position, state, working, turns, created_at, updated_at)
-    VALUES (?, ?, ?, ?, ?, ?, 1, ?7, ?7)
+    VALUES (?, ?, ?, ?, ?, '[]', 1, ?6, ?6)
     ON CONFLICT (tenant, conversation) DO UPDATE SET
         head = excluded.head, position = excluded.position, state = excluded.state,
-        working = excluded.working, turns = turns + 1, updated_at = excluded.updated_at
+        turns = turns + 1, updated_at = excluded.updated_at
     RETURNING id, turns
 """
 

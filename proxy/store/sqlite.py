@@ -8,6 +8,12 @@ SQLite wants anyway. (aiosqlite does the same with a thread per connection;
 a plain executor keeps one dependency fewer and the transaction code
 synchronous and easy to read.)
 
+Turns (`commit`) are grouped: those that arrive while the worker is busy
+run together, one thread hop and one transaction for the group, each in
+its own savepoint. The lookup every full-history request makes first
+(`find_snapshot`) runs on the event loop's thread, on a read-only
+connection of its own: a few indexed reads that WAL never makes wait.
+
 WAL lets readers in other processes (the `sqlite3` shell, a second replica
 on the same disk) read while a turn is being written; each write takes the
 lock up front with `BEGIN IMMEDIATE`, so two writers wait on the busy
@@ -17,10 +23,13 @@ timeout instead of failing half way.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from proxy.store import search
@@ -35,6 +44,7 @@ from proxy.store.base import (
     Snapshot,
     StoreError,
     TurnCommit,
+    WorkingLayout,
     dumps,
     loads,
 )
@@ -43,6 +53,7 @@ from proxy.store.schema import (
     LIST_CONVERSATIONS,
     PRUNE_SNAPSHOTS,
     SELECT_SNAPSHOTS,
+    SELECT_WORKING,
     UPSERT_CONVERSATION,
     UPSERT_SNAPSHOT,
     migrate,
@@ -52,6 +63,8 @@ T = TypeVar("T")
 
 # Well under SQLite's bound-parameter limit (999 on old builds).
 _IN_CHUNK = 500
+# The newest turn's head is nearly always among the last few messages.
+_FIRST_CHUNK = 8
 
 
 class SqliteStore(search.Searchable):
@@ -83,12 +96,30 @@ class SqliteStore(search.Searchable):
         self._closed = False
         self._db: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite")
+        self._queue: list[_Job] = []
+        self._queue_lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
         try:
             self._executor.submit(self._open).result()
+            if path != ":memory:" and not path.startswith("file:"):
+                self._reader = self._open_reader()
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=False)
             self._closed = True
             raise StoreError(f"cannot open SQLite store at {path!r}: {exc}") from exc
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """A read-only connection for the lookups each request makes before going upstream.
+
+        They are a few indexed reads, which under WAL never wait for a
+        writer, so they run on the caller's thread: a hop to the worker and
+        back cost more than the reads. Only the event loop's thread uses it.
+        """
+        reader = sqlite3.connect(
+            self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        reader.execute("PRAGMA query_only=ON")
+        return reader
 
     def _open(self) -> None:
         db = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
@@ -113,6 +144,68 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
 
+    async def _batched(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """Run `job` in the next group of jobs: one thread hop and one transaction for all.
+
+        Under load, turns of many conversations arrive together; handing each
+        to the worker thread and committing each alone cost more than the
+        SQL itself. Jobs queued while the worker is busy are run together, in
+        order, each inside its own savepoint, so one job's failure (a
+        `Conflict`) undoes only that job and the others still commit.
+        """
+        if self._closed or self._db is None:
+            raise StoreError("the SQLite store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._queue_lock:
+            self._queue.append(_Job(job, future, write))
+            first = len(self._queue) == 1
+        if first:
+            self._executor.submit(self._drain, loop)
+        return await future
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the worker thread: run every queued job, commit once, settle their futures."""
+        with self._queue_lock:
+            jobs, self._queue = self._queue, []
+        db = self._db
+        results: list[tuple[bool, Any]] = []
+        writes = any(j.write for j in jobs)
+        try:
+            if db is None:
+                raise sqlite3.ProgrammingError("the SQLite store is closed")
+            db.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
+            try:
+                for j in jobs:
+                    if not j.write:  # a read has nothing to undo
+                        try:
+                            results.append((True, j.job(db)))
+                        except Exception as exc:
+                            results.append((False, exc))
+                        continue
+                    db.execute("SAVEPOINT job")
+                    try:
+                        results.append((True, j.job(db)))
+                    except Exception as exc:
+                        db.execute("ROLLBACK TO job")
+                        results.append((False, exc))
+                    db.execute("RELEASE job")
+                db.execute("COMMIT")
+            except BaseException:
+                # SQLite has already rolled back after some errors (disk full, I/O).
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            results = [(False, exc)] * len(jobs)
+        due = self._now() - self._last_sweep >= self._sweep_interval_s
+        if writes and db is not None and due:
+            # The turns are committed already; a failed sweep is retried next time.
+            with contextlib.suppress(sqlite3.Error):
+                self._sweep(db)
+        with contextlib.suppress(RuntimeError):  # the loop closed while the batch ran
+            loop.call_soon_threadsafe(_settle, jobs, results)
+
     def _cutoff(self) -> float:
         return self._now() - self._ttl_s if self._ttl_s > 0 else float("-inf")
 
@@ -130,11 +223,15 @@ class SqliteStore(search.Searchable):
         return None if row is None else int(row[0])
 
     async def commit(self, turn: TurnCommit) -> None:
-        key, snap = turn.key, turn.snapshot
+        key, snap, layout = turn.key, turn.snapshot, turn.layout
         # Serialised here, on the caller's side, so a value orjson rejects
-        # fails before any transaction starts.
-        state, working = dumps(snap.state), dumps(turn.working)
+        # fails before any transaction starts. With a layout only the rows from
+        # `fresh` on are likely to be written; the rest are serialised in the
+        # rare case the stored rows turn out not to match.
+        state = dumps(snap.state)
         entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
+        first = _first_fresh(layout, len(turn.working))
+        fresh = [dumps(m) for m in turn.working[first:]]
 
         def job(db: sqlite3.Connection) -> None:
             now = self._now()
@@ -159,23 +256,23 @@ class SqliteStore(search.Searchable):
                         )
                 cid, turns = db.execute(
                     UPSERT_CONVERSATION,
-                    (key.tenant, key.conversation, snap.head, snap.position, state, working, now),
+                    (key.tenant, key.conversation, snap.head, snap.position, state, now),
                 ).fetchall()[0]
                 db.executemany(
                     "INSERT OR IGNORE INTO messages (conversation_id, hash, parent, message)"
                     " VALUES (?, ?, ?, ?)",
                     [(cid, h, parent, message) for h, parent, message in entries],
                 )
+                _write_working(db, cid, turn, first, fresh)
                 db.execute(
                     UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
                 )
-                db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
+                if turns > self._max_snapshots:  # one snapshot a turn: fewer need no pruning
+                    db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
 
-            _write(db, write)
-            if now - self._last_sweep >= self._sweep_interval_s:
-                self._sweep(db)
+            write()
 
-        await self._run(job)
+        await self._batched(job, write=True)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         heads = list(heads)
@@ -187,8 +284,8 @@ class SqliteStore(search.Searchable):
             # Scan from the end: the newest turn's head is usually the last
             # or second-to-last message, so one query settles it. A chunk
             # matches at most `max_snapshots` rows, so reading them whole is cheap.
-            for end in range(len(heads), 0, -_IN_CHUNK):
-                chunk = heads[max(0, end - _IN_CHUNK) : end]
+            for end, size in _chunks(len(heads)):
+                chunk = heads[max(0, end - size) : end]
                 marks = ",".join("?" * len(chunk))
                 sql = f"{SELECT_SNAPSHOTS} AND head IN ({marks})"
                 found = {row[0]: row for row in db.execute(sql, (cid, *chunk))}
@@ -198,23 +295,32 @@ class SqliteStore(search.Searchable):
                         return Snapshot(head, position, loads(state), created_at)
             return None
 
-        return await self._run(lambda db: _read(db, lambda: job(db)))
+        reader = self._reader
+        if reader is None:  # an in-memory database exists on the worker's connection only
+            return await self._batched(job, write=False)
+        if self._closed:
+            raise StoreError("the SQLite store is closed")
+        try:
+            return _read(reader, lambda: job(reader))
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite: {exc}") from exc
 
     async def latest(self, key: ConvKey) -> Conversation | None:
         def job(db: sqlite3.Connection) -> Conversation | None:
             row = db.execute(
-                "SELECT head, position, state, working, turns, created_at, updated_at"
+                "SELECT id, head, position, state, turns, created_at, updated_at"
                 " FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
                 (key.tenant, key.conversation, self._cutoff()),
             ).fetchone()
             if row is None:
                 return None
-            head, position, state, working, turns, created_at, updated_at = row
+            cid, head, position, state, turns, created_at, updated_at = row
+            working = [loads(m) for (m,) in db.execute(SELECT_WORKING, (cid,))]
             return Conversation(
-                key, head, position, loads(state), loads(working), turns, created_at, updated_at
+                key, head, position, loads(state), working, turns, created_at, updated_at
             )
 
-        return await self._run(job)
+        return await self._run(lambda db: _read(db, lambda: job(db)))
 
     async def archive(
         self, key: ConvKey, *, limit: int = 1000, offset: int = 0
@@ -284,8 +390,119 @@ class SqliteStore(search.Searchable):
         if self._closed or self._db is None:
             return
         db, self._closed = self._db, True
+        if self._reader is not None:
+            self._reader.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
         self._executor.shutdown(wait=False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    job: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    write: bool
+
+
+def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
+    for job, (ok, value) in zip(jobs, results, strict=True):
+        if job.future.done():  # the caller was cancelled; the job ran all the same
+            continue
+        if ok:
+            job.future.set_result(value)
+        elif isinstance(value, sqlite3.Error):
+            error = StoreError(f"SQLite: {value}")
+            error.__cause__ = value
+            job.future.set_exception(error)
+        else:
+            job.future.set_exception(value)
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    """(end, size) of the slices of n heads to look up, newest first: a small one, then big ones."""
+    out: list[tuple[int, int]] = []
+    end, size = n, _FIRST_CHUNK
+    while end > 0:
+        out.append((end, size))
+        end, size = end - size, _IN_CHUNK
+    return out
+
+
+def _first_fresh(layout: WorkingLayout | None, n: int) -> int:
+    """Index of the first working message at or after `layout.fresh`: the ones a commit writes."""
+    if layout is None:
+        return 0
+    if layout.fresh <= layout.leading:
+        return min(layout.fresh, n)
+    return max(layout.leading, min(n, layout.leading + layout.fresh - layout.start))
+
+
+def _write_working(
+    db: sqlite3.Connection, cid: int, turn: TurnCommit, first: int, fresh: list[str]
+) -> None:
+    """Bring the working rows to `turn.working`, writing the rows from `first` on if that suffices.
+
+    The rows kept must be the same history: the row before the first fresh
+    one carries the chain hash the layout expects, and every kept position
+    has a row. Otherwise (append mode, an edit past the rows, a first turn)
+    all rows are rewritten.
+    """
+    layout, working = turn.layout, turn.working
+    if layout is not None and first > 0 and _rows_match(db, cid, layout, first):
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ? AND pos < ?",
+            (cid, layout.leading, layout.start),
+        )
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ?",
+            (cid, layout.position(first)),
+        )
+        db.executemany(
+            "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
+            [
+                (cid, layout.position(first + i), layout.hashes[first + i], message)
+                for i, message in enumerate(fresh)
+            ],
+        )
+        return
+    db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+    rows = [dumps(m) for m in working[:first]] + fresh
+    db.executemany(
+        "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
+        [
+            (
+                cid,
+                layout.position(i) if layout else i,
+                layout.hashes[i] if layout else None,
+                message,
+            )
+            for i, message in enumerate(rows)
+        ],
+    )
+
+
+def _rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: int) -> bool:
+    """Whether the stored rows hold `working[:first]` of this layout, by a few index lookups.
+
+    Stored rows always form one history's working list: a leading block from
+    position 0 and one contiguous run (every write keeps or rewrites them so).
+    The row before the first fresh one carrying the expected chain hash means
+    the same history up to there; the rows at the run's and the block's ends
+    being present means none of the kept ones is missing.
+    """
+    last = layout.position(first - 1)
+    probes = [last]
+    if first > layout.leading:
+        probes.append(layout.start)
+        if layout.leading:
+            probes.append(layout.leading - 1)
+    marks = ",".join("?" * len(probes))
+    found = dict(
+        db.execute(
+            f"SELECT pos, hash FROM working WHERE conversation_id = ? AND pos IN ({marks})",
+            (cid, *probes),
+        ).fetchall()
+    )
+    return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
 
 
 def _write(db: sqlite3.Connection, body: Callable[[], T]) -> T:

@@ -1,0 +1,136 @@
+"""The tail grouped into units, with running sums, extended turn by turn instead of regrouped.
+
+In full-history mode a conversation of a thousand messages resends all of
+them every turn, and only the last two are new. Grouping, repairing and
+counting the whole tail again each turn made a turn's cost grow with the
+conversation. A `Tail` remembers the result for the messages it has seen;
+`grouped_tail` reuses it for an equal prefix and groups only the rest, so a
+turn costs what its new messages cost plus a few C-level copies.
+
+Reuse is exact, not approximate: units are a left fold in which a message
+can only join the unit right before it, and the repair passes act on each
+unit alone, so every unit but the last of a prefix is final. The last one is
+regrouped together with the new messages (a tool result may still join it).
+
+The running sums let `finish` keep a suffix of units without walking them:
+the tokens, client messages and forwarded messages before unit `i` are
+`token_sums[i]`, `message_sums[i]` and `forward_sums[i]`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..messages import Message
+from .chains import Unit, group
+from .repair import REPAIR_PASSES
+from .types import Counter
+
+
+@dataclass(frozen=True, eq=False)
+class Tail:
+    """`messages` grouped into `units` (repaired when `repair`), with token `sizes` per unit."""
+
+    messages: tuple[Message, ...]
+    units: tuple[Unit, ...]
+    sizes: tuple[int, ...]
+    repair: bool
+    token_sums: tuple[int, ...]
+    message_sums: tuple[int, ...]
+    forward: tuple[Message, ...]
+    forward_sums: tuple[int, ...]
+    repaired: tuple[int, ...]  # indices of repaired units, ascending
+
+    def since(self, dropped: int) -> Tail | None:
+        """The tail left after its first `dropped` messages, if they end on a unit boundary.
+
+        After a reduction moves `tail_start`, the next turn's tail is this one
+        minus the evicted units; rebasing the sums once is cheaper than
+        regrouping from scratch.
+        """
+        if dropped == 0:
+            return self
+        at = bisect.bisect_left(self.message_sums, dropped)
+        if at >= len(self.message_sums) or self.message_sums[at] != dropped:
+            return None
+        tokens, forwards = self.token_sums[at], self.forward_sums[at]
+        return Tail(
+            messages=self.messages[dropped:],
+            units=self.units[at:],
+            sizes=self.sizes[at:],
+            repair=self.repair,
+            token_sums=tuple(t - tokens for t in self.token_sums[at:]),
+            message_sums=tuple(m - dropped for m in self.message_sums[at:]),
+            forward=self.forward[forwards:],
+            forward_sums=tuple(f - forwards for f in self.forward_sums[at:]),
+            repaired=tuple(r - at for r in self.repaired if r >= at),
+        )
+
+
+def grouped_tail(
+    messages: Sequence[Message], count: Counter, repair: bool, memo: Tail | None = None
+) -> Tail:
+    """Group `messages`, reusing `memo` when it was built from a prefix of them.
+
+    `memo` must come from a counter that agrees with `count` (same model);
+    its messages are compared with the new ones, so a stale memo costs a
+    regroup, never a wrong result.
+    """
+    messages = tuple(messages)
+    keep = 0
+    if memo is not None and memo.repair == repair and memo.units:
+        n = len(memo.messages)
+        if n <= len(messages) and messages[:n] == memo.messages:
+            keep = len(memo.units) - 1
+    start = memo.message_sums[keep] if memo is not None and keep else 0
+    fresh = group(messages[start:], REPAIR_PASSES if repair else ())
+    sizes = tuple(sum(count(m) for m in u.forward) for u in fresh)
+    if memo is None or keep == 0:
+        return _build(messages, fresh, sizes, repair, (0,), (0,), (0,), (), ())
+    return _build(
+        messages,
+        memo.units[:keep] + fresh,
+        memo.sizes[:keep] + sizes,
+        repair,
+        memo.token_sums[: keep + 1],
+        memo.message_sums[: keep + 1],
+        memo.forward_sums[: keep + 1],
+        memo.forward[: memo.forward_sums[keep]],
+        tuple(r for r in memo.repaired if r < keep),
+        fresh_from=keep,
+    )
+
+
+def _build(
+    messages: tuple[Message, ...],
+    units: tuple[Unit, ...],
+    sizes: tuple[int, ...],
+    repair: bool,
+    token_sums: tuple[int, ...],
+    message_sums: tuple[int, ...],
+    forward_sums: tuple[int, ...],
+    forward: tuple[Message, ...],
+    repaired: tuple[int, ...],
+    fresh_from: int = 0,
+) -> Tail:
+    """Extend the sums (which cover `units[:fresh_from]`) over the remaining units."""
+    fresh = units[fresh_from:]
+    new_sizes = sizes[fresh_from:]
+    return Tail(
+        messages=messages,
+        units=units,
+        sizes=sizes,
+        repair=repair,
+        token_sums=token_sums + tuple(itertools.accumulate(new_sizes, initial=token_sums[-1]))[1:],
+        message_sums=message_sums
+        + tuple(itertools.accumulate((u.size for u in fresh), initial=message_sums[-1]))[1:],
+        forward=forward + tuple(m for u in fresh for m in u.forward),
+        forward_sums=forward_sums
+        + tuple(itertools.accumulate((len(u.forward) for u in fresh), initial=forward_sums[-1]))[
+            1:
+        ],
+        repaired=repaired + tuple(fresh_from + i for i, u in enumerate(fresh) if u.repaired),
+    )

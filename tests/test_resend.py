@@ -1,0 +1,198 @@
+"""A resent history is reused, never trusted: the proxy remembers each conversation's last
+request (`known.py`) and the SQLite store writes only new working rows, and neither may
+change what is forwarded, answered or stored."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import respx
+from starlette.testclient import TestClient
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.conversation import tenant_of
+from proxy.known import Known, prefix_of, resent
+from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
+from proxy.store.schema import m001_initial, migrate
+
+from .factories import assistant, call, system, tool, user
+
+UPSTREAM = "http://upstream.test/v1"
+KEY = {"Authorization": "Bearer sk-resend"}
+CONV = ConvKey(tenant_of("sk-resend"), "resend")
+
+
+def answers() -> Iterator[dict[str, Any]]:
+    """Numbered answers; every third one calls a tool, so chains span turns."""
+    for n in itertools.count():
+        message: dict[str, Any] = {"role": "assistant", "content": f"answer {n} " + "w " * 40}
+        if n % 3 == 2:
+            message = {"role": "assistant", "content": None, "tool_calls": [call(f"t{n}")]}
+        yield {
+            "id": f"c{n}",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "tiny",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        }
+
+
+def script(post: Any) -> None:
+    """Turns an app plays in full-history mode: growth, tool results, a regeneration, an edit."""
+    history: list[dict[str, Any]] = [system("be brief"), user("start " + "x " * 30)]
+    for turn in range(14):
+        answer = post(history)
+        if answer.get("tool_calls"):
+            history += [answer, tool(answer["tool_calls"][0]["id"], "result " + "r " * 20)]
+        else:
+            history += [answer, user(f"question {turn} " + "q " * 30)]
+        if turn == 6:  # regenerate: drop the last question and ask another
+            history[-1] = user("asked differently " + "d " * 30)
+        if turn == 9:  # edit an early message: a new branch
+            history[1] = user("start over " + "s " * 30)
+        if turn == 11:  # same value, other JSON type: must be forwarded as sent
+            history[-1] = {**history[-1], "weight": 1}
+        if turn == 12:  # the message sent with 1 last turn, resent with true
+            history[-3] = {**history[-3], "weight": True}
+
+
+def play(store: Store, *, forget: bool) -> tuple[list[bytes], list[dict[str, str]], list[Any]]:
+    """Run the script; `forget` clears the proxy's memory of the last request before each turn."""
+    router = respx.MockRouter(assert_all_called=False, base_url=UPSTREAM)
+    upstream = answers()
+    router.post("/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(200, json=next(upstream))
+    )
+    settings = load_settings(
+        env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM, "CONTEXT_PROXY_MODELS_TINY": "700"}
+    )
+    app = create_app(settings, transport=httpx.MockTransport(router.handler), store=store)
+    headers: list[dict[str, str]] = []
+    with TestClient(app) as client:
+
+        def post(history: list[dict[str, Any]]) -> dict[str, Any]:
+            if forget:
+                client.app_state["ctx"].known.clear()
+            r = client.post(
+                "/v1/chat/completions",
+                json={"model": "tiny", "messages": history},
+                headers={**KEY, "X-Conversation-Id": "resend"},
+            )
+            assert r.status_code == 200, r.text
+            headers.append({k: v for k, v in r.headers.items() if k.startswith("x-context")})
+            message: dict[str, Any] = r.json()["choices"][0]["message"]
+            return message
+
+        script(post)
+        latest = client.portal.call(store.latest, CONV)  # type: ignore[union-attr]
+    sent = [c.request.content for c in router.calls]
+    assert latest is not None
+    return sent, headers, latest.working
+
+
+def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(tmp_path: Path) -> None:
+    remembered = play(SqliteStore(str(tmp_path / "a.db")), forget=False)
+    forgotten = play(SqliteStore(str(tmp_path / "b.db")), forget=True)
+    in_memory = play(MemoryStore(), forget=False)
+
+    assert remembered[0] == forgotten[0] == in_memory[0]
+    assert remembered[1] == forgotten[1] == in_memory[1]
+    assert remembered[2] == forgotten[2] == in_memory[2]
+    reductions = {h["x-context-reduction"] for h in remembered[1]}
+    assert {"summarized", "reused"} <= {k for r in reductions for k in r.split(",")}
+
+
+def test_a_resent_message_is_forwarded_as_the_client_sent_it(tmp_path: Path) -> None:
+    sent, _, working = play(MemoryStore(), forget=False)
+    before = [m["weight"] for m in json.loads(sent[-2])["messages"] if "weight" in m]
+    after = [m["weight"] for m in json.loads(sent[-1])["messages"] if "weight" in m]
+    assert before == [1] and before[0] is not True
+    assert after == [True] and after[0] is True
+    assert [m.get("weight") for m in working if "weight" in m] == [True]
+
+
+def test_deleting_a_conversation_forgets_its_last_request() -> None:
+    router = respx.MockRouter(assert_all_called=False, base_url=UPSTREAM)
+    router.post("/chat/completions").respond(200, json=next(answers()))
+    settings = load_settings(
+        env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM, "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": "adm"}
+    )
+    app = create_app(settings, transport=httpx.MockTransport(router.handler), store=MemoryStore())
+    with TestClient(app) as client:
+        client.post(
+            "/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": [user("secret")]},
+            headers={**KEY, "X-Conversation-Id": "resend"},
+        )
+        known = client.app_state["ctx"].known
+        assert CONV in known
+        r = client.delete(
+            "/admin/conversations/resend",
+            params={"tenant": CONV.tenant},
+            headers={"Authorization": "Bearer adm"},
+        )
+        assert r.status_code == 200
+        assert CONV not in known
+
+
+@pytest.mark.asyncio
+async def test_a_working_history_stored_as_one_json_text_is_migrated_to_rows(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    working = [system("be brief"), user("one"), assistant("two")]
+    with sqlite3.connect(path, isolation_level=None) as db:
+        migrate(db, [m001_initial])
+        db.execute(
+            "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
+            " turns, created_at, updated_at) VALUES (?, ?, 'h', 2, '{}', ?, 1, ?, ?)",
+            (CONV.tenant, CONV.conversation, json.dumps(working), time.time(), time.time()),
+        )
+    store = SqliteStore(str(path))
+    try:
+        latest = await store.latest(CONV)
+    finally:
+        await store.close()
+    assert latest is not None and latest.working == working
+
+
+def remembered(messages: list[dict[str, Any]]) -> Known:
+    n = len(messages)
+    length, digest = prefix_of(orjson.dumps(messages))
+    return Known(tuple(messages), length, digest, (b"",) * n, ("",) * n, "m", (0,) * n)
+
+
+def test_a_resent_prefix_is_recognised_and_its_objects_reused() -> None:
+    old = [system("s"), user("q"), assistant("a")]
+    known = remembered(old)
+    new = [system("s"), user("q"), assistant("a"), user("next")]
+    assert resent(known, new, orjson.dumps(new)) == 3
+    assert all(a is b for a, b in zip(new, old, strict=False)) and new[3] == user("next")
+
+
+def test_an_edit_or_regeneration_reuses_only_the_common_part() -> None:
+    known = remembered([system("s"), user("q"), assistant("a"), user("q2")])
+    regenerated = [system("s"), user("q"), assistant("a"), user("other")]
+    assert resent(known, regenerated, orjson.dumps(regenerated)) == 3
+    edited = [system("s"), user("changed"), assistant("a")]
+    assert resent(known, edited, orjson.dumps(edited)) == 1
+
+
+def test_equal_values_in_another_json_form_are_not_taken_for_the_same_message() -> None:
+    known = remembered([user("q") | {"n": 1}, assistant("a")])
+    for variant in ({"n": True}, {"n": 1.0}):
+        new = [user("q") | variant, assistant("a"), user("next")]
+        assert resent(known, new, orjson.dumps(new)) == 0
+        assert new[0]["n"] is variant["n"]
+    reordered = [{"content": "q", "role": "user", "n": 1}, assistant("a")]
+    assert resent(known, reordered, orjson.dumps(reordered)) == 0
