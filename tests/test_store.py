@@ -25,6 +25,7 @@ from proxy.store import (
     Store,
     StoreError,
     TurnCommit,
+    WorkingLayout,
     open_store,
 )
 from proxy.store.schema import migrate
@@ -498,3 +499,32 @@ async def test_a_conflict_among_concurrent_commits_undoes_only_its_own_turn(stor
         assert latest.working == (turn(key, [user("q0")]) if i == 3 else commits[i]).working
         found = await store.find_snapshot(key, chain_hashes(commits[i].working))
         assert found is not None and found.position == (1 if i == 3 else 3)
+
+
+def laid_out(key: ConvKey, history: list[Message], fresh: int) -> TurnCommit:
+    """A full-history commit whose messages from position `fresh` on are new this turn."""
+    hashes = chain_hashes(history)
+    parents = ["", *hashes[:-1]]
+    archive = [
+        ArchiveEntry(h, p, m)
+        for h, p, m in list(zip(hashes, parents, history, strict=True))[fresh:]
+    ]
+    snapshot = Snapshot(hashes[-2], len(history) - 1, {"upto": len(history) - 1}, 0.0)
+    layout = WorkingLayout(leading=1, start=1, fresh=fresh, hashes=tuple(hashes))
+    return TurnCommit(key, archive, snapshot, working=history, layout=layout)
+
+
+@pytest.mark.asyncio
+async def test_working_rows_written_by_turn_are_read_back_whole(store: Store, clock: Clock) -> None:
+    key = ConvKey("t", "rows")
+    first = [system(), user("q0"), assistant("a0")]
+    await store.commit(laid_out(key, first, 0))
+    second = [*first, user("q1"), assistant("a1")]
+    await store.commit(laid_out(key, second, 2))
+    latest = await store.latest(key)
+    assert latest is not None and latest.working == second
+    clock.advance(TTL + 1)  # expired between the lookup and the commit of a continued turn
+    third = [*second, user("q2"), assistant("a2")]
+    await store.commit(laid_out(key, third, 4))
+    latest = await store.latest(key)
+    assert latest is not None and latest.working == third and latest.turns == 1
