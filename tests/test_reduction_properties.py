@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Mapping
 
 from hypothesis import HealthCheck, given, settings
@@ -261,3 +263,46 @@ def test_unknown_strategy_is_rejected() -> None:
         assert "magic" in str(exc)
     else:
         raise AssertionError("expected ValueError")
+
+
+@given(st.lists(st.integers(0, 50), max_size=30), st.data())
+def test_the_tails_running_sums_choose_the_same_eviction(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    from proxy.reduction.layout import keep_tokens_drop
+    from proxy.reduction.tail import grouped_tail
+
+    tail = grouped_tail([user(f"{i}") for i in range(len(sizes))], count, repair=False)
+    tail = dataclasses.replace(
+        tail,
+        sizes=tuple(sizes),
+        token_sums=tuple(itertools.accumulate(sizes, initial=0)),
+    )
+    active = data.draw(st.integers(0, len(sizes)), label="active")
+    keep = data.draw(st.integers(0, 400), label="keep")
+    assert tail.keep_tokens_drop(active, keep) == keep_tokens_drop(sizes, active, keep)
+
+
+@FAST
+@given(conversations(), st.lists(st.integers(0, 60), min_size=1, max_size=6), st.data())
+def test_running_summary_keys_equal_keys_hashed_afresh(
+    conv: tuple[list[Message], list[Message]], drops: list[int], data: st.DataObject
+) -> None:
+    from proxy.reduction.layout import summary_key
+    from proxy.reduction.tail import grouped_tail
+
+    _, body = conv
+    split = data.draw(st.integers(0, len(body)), label="split")
+    earlier = grouped_tail(body[:split], count, repair=True)
+    previous = tuple(data.draw(st.lists(st.sampled_from(["s1", "s2"]), max_size=2)))
+    for d in drops:
+        d = min(d, len(earlier.units))
+        assert earlier.evicted_key(previous, d) == summary_key(
+            previous, earlier.evicted_messages(d)
+        )
+    tail = grouped_tail(body, count, repair=True, memo=earlier)
+    for d in drops:
+        d = min(d, len(tail.units))
+        evicted = tuple(m for u in tail.units[:d] for m in u.messages)
+        assert tail.evicted_messages(d) == evicted
+        assert tail.evicted_key(previous, d) == summary_key(previous, evicted)

@@ -25,6 +25,7 @@ from proxy.store import (
     Store,
     StoreError,
     TurnCommit,
+    WorkingLayout,
     open_store,
 )
 from proxy.store.schema import migrate
@@ -728,3 +729,32 @@ async def test_redis_replicas_share_vectors_through_redis(redis_url: str) -> Non
         client.close()
         await a.close()
         await b.close()
+
+
+def laid_out(key: ConvKey, history: list[Message], fresh: int) -> TurnCommit:
+    """A full-history commit whose messages from position `fresh` on are new this turn."""
+    hashes = chain_hashes(history)
+    parents = ["", *hashes[:-1]]
+    archive = [
+        ArchiveEntry(h, p, m)
+        for h, p, m in list(zip(hashes, parents, history, strict=True))[fresh:]
+    ]
+    snapshot = Snapshot(hashes[-2], len(history) - 1, {"upto": len(history) - 1}, 0.0)
+    layout = WorkingLayout(leading=1, start=1, fresh=fresh, hashes=tuple(hashes))
+    return TurnCommit(key, archive, snapshot, working=history, layout=layout)
+
+
+@pytest.mark.asyncio
+async def test_working_rows_written_by_turn_are_read_back_whole(store: Store, clock: Clock) -> None:
+    key = ConvKey("t", "rows")
+    first = [system(), user("q0"), assistant("a0")]
+    await store.commit(laid_out(key, first, 0))
+    second = [*first, user("q1"), assistant("a1")]
+    await store.commit(laid_out(key, second, 2))
+    latest = await store.latest(key)
+    assert latest is not None and latest.working == second
+    clock.advance(TTL + 1)  # expired between the lookup and the commit of a continued turn
+    third = [*second, user("q2"), assistant("a2")]
+    await store.commit(laid_out(key, third, 4))
+    latest = await store.latest(key)
+    assert latest is not None and latest.working == third and latest.turns == 1

@@ -8,15 +8,14 @@ in one place.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Message, canonical, role, system_message
+from ..messages import Message, role, system_message
 from ..tokens import REPLY_PRIMING
 from .chains import Unit, active_index
-from .tail import Tail, grouped_tail
+from .tail import Tail, grouped_tail, key_extend, key_start
 from .truncate import truncate_to_fit
 from .types import (
     KINDS,
@@ -43,12 +42,7 @@ def summary_message(blocks: Sequence[SummaryBlock]) -> Message | None:
 
 def summary_key(previous: Sequence[str], messages: Sequence[Message]) -> str:
     """Content hash of a summary request, so the caller's answer can be matched and cached."""
-    digest = hashlib.blake2b(digest_size=16)
-    for text in previous:
-        digest.update(b"p" + text.encode() + b"\0")
-    for message in messages:
-        digest.update(b"m" + canonical(message) + b"\0")
-    return digest.hexdigest()
+    return str(key_extend(key_start(previous), messages).hexdigest())
 
 
 @dataclass(frozen=True)

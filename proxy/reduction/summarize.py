@@ -38,7 +38,7 @@ from dataclasses import replace
 from functools import partial
 
 from ..messages import Message
-from .layout import Context, finish, keep_messages_drop, keep_tokens_drop, summary_key
+from .layout import Context, finish, keep_messages_drop, summary_key
 from .types import ContextTooLarge, Reduction, SummaryBlock, SummaryRequest
 
 
@@ -55,7 +55,7 @@ def reduce_summarize(ctx: Context) -> Reduction:
     reused = {"reused"} if blocks else set()
     drop = 0
     if by_tokens:
-        drop = keep_tokens_drop(ctx.sizes, ctx.active, budget.keep_recent)
+        drop = ctx.tail.keep_tokens_drop(ctx.active, budget.keep_recent)
     if by_count:
         drop = max(drop, keep_messages_drop(ctx.units, ctx.active, budget.target_messages))
     previous = tuple(b.text for b in blocks) if policy.single_summary else ()
@@ -63,20 +63,18 @@ def reduce_summarize(ctx: Context) -> Reduction:
         under = finish(ctx, blocks=blocks, kinds=reused, reason="under threshold")
         soon = policy.prepare_ratio > 0 and total > policy.prepare_ratio * budget.limit
         if soon and policy.summarize_by != "messages":
-            ahead = keep_tokens_drop(ctx.sizes, ctx.active, budget.keep_recent)
+            ahead = ctx.tail.keep_tokens_drop(ctx.active, budget.keep_recent)
             if ahead > 0:
-                evicted = _evicted(ctx, ahead)
-                under = replace(
-                    under,
-                    prepare=(SummaryRequest(summary_key(previous, evicted), evicted, previous),),
-                )
+                key = ctx.tail.evicted_key(previous, ahead)
+                evicted = ctx.tail.evicted_messages(ahead)
+                under = replace(under, prepare=(SummaryRequest(key, evicted, previous),))
         return under
 
-    if summary_key(previous, _evicted(ctx, drop)) not in ctx.summaries and ctx.summaries:
+    if ctx.tail.evicted_key(previous, drop) not in ctx.summaries and ctx.summaries:
         drop = _prepared_drop(ctx, drop, previous, total - ctx.tail_tokens)
     evicted = _evicted(ctx, drop)
     covers = state.tail_start + len(evicted)
-    key = summary_key(previous, evicted)
+    key = ctx.tail.evicted_key(previous, drop)
     why = f"{len(evicted)} messages evicted ({'tokens' if by_tokens else 'messages'} trigger)"
     text = ctx.summaries.get(key)
     kept = range(drop, len(ctx.units))
@@ -95,7 +93,7 @@ def reduce_summarize(ctx: Context) -> Reduction:
 
 
 def _evicted(ctx: Context, drop: int) -> tuple[Message, ...]:
-    return tuple(m for u in ctx.units[:drop] for m in u.messages)
+    return ctx.tail.evicted_messages(drop)
 
 
 def _prepared_drop(ctx: Context, drop: int, previous: tuple[str, ...], head: int) -> int:

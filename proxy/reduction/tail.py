@@ -20,11 +20,13 @@ the tokens, client messages and forwarded messages before unit `i` are
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..messages import Message
+from ..messages import Message, canonical
 from .chains import Unit, group
 from .repair import REPAIR_PASSES
 from .types import Counter
@@ -43,6 +45,33 @@ class Tail:
     forward: tuple[Message, ...]
     forward_sums: tuple[int, ...]
     repaired: tuple[int, ...]  # indices of repaired units, ascending
+    # Running summary-key digests: previous texts -> (units hashed, digest state).
+    keys: dict[tuple[str, ...], tuple[int, Any]] = field(default_factory=dict, repr=False)
+
+    def keep_tokens_drop(self, active: int, keep: int) -> int:
+        """`layout.keep_tokens_drop(self.sizes, active, keep)` by bisection of the running sums."""
+        return min(active, bisect.bisect_left(self.token_sums, self.token_sums[-1] - keep))
+
+    def evicted_messages(self, units: int) -> tuple[Message, ...]:
+        """The client messages of the first `units` units (what evicting them removes)."""
+        return self.messages[: self.message_sums[units]]
+
+    def evicted_key(self, previous: tuple[str, ...], units: int) -> str:
+        """`summary_key(previous, self.evicted_messages(units))`, hashing only what is new.
+
+        Near the trigger a summary is prepared every turn for a slightly
+        longer span; the digest of the span hashed last time is carried on.
+        """
+        done, digest = self.keys.get(previous, (0, None))
+        if digest is None or done > units:
+            done, digest = 0, key_start(previous)
+        else:
+            digest = digest.copy()
+        digest = key_extend(
+            digest, self.messages[self.message_sums[done] : self.message_sums[units]]
+        )
+        self.keys[previous] = (units, digest.copy())
+        return str(digest.hexdigest())
 
     def since(self, dropped: int) -> Tail | None:
         """The tail left after its first `dropped` messages, if they end on a unit boundary.
@@ -70,6 +99,20 @@ class Tail:
         )
 
 
+def key_start(previous: Iterable[str]) -> Any:
+    """The summary-key digest of the previous summary texts (see `layout.summary_key`)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for text in previous:
+        digest.update(b"p" + text.encode() + b"\0")
+    return digest
+
+
+def key_extend(digest: Any, messages: Iterable[Message]) -> Any:
+    for message in messages:
+        digest.update(b"m" + canonical(message) + b"\0")
+    return digest
+
+
 def grouped_tail(
     messages: Sequence[Message], count: Counter, repair: bool, memo: Tail | None = None
 ) -> Tail:
@@ -90,7 +133,7 @@ def grouped_tail(
     sizes = tuple(sum(count(m) for m in u.forward) for u in fresh)
     if memo is None or keep == 0:
         return _build(messages, fresh, sizes, repair, (0,), (0,), (0,), (), ())
-    return _build(
+    tail = _build(
         messages,
         memo.units[:keep] + fresh,
         memo.sizes[:keep] + sizes,
@@ -102,6 +145,8 @@ def grouped_tail(
         tuple(r for r in memo.repaired if r < keep),
         fresh_from=keep,
     )
+    tail.keys.update({p: (n, d) for p, (n, d) in memo.keys.items() if n <= keep})
+    return tail
 
 
 def _build(

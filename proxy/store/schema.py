@@ -75,6 +75,9 @@ def m002_working_rows(db: sqlite3.Connection) -> None:
     (hundreds of kilobytes in a long conversation) on every turn. A row keeps
     the message's position in the conversation and its chain hash, which is
     how a commit tells that the rows it keeps belong to its own history.
+    A row may hold no text: then the archive row with its chain hash has it
+    (the commit that wrote the row archived the message too), so a new
+    message is written once, not twice.
     `conversations.working` stays (SQLite keeps old columns) but is no longer read.
     """
     db.execute(
@@ -83,7 +86,7 @@ def m002_working_rows(db: sqlite3.Connection) -> None:
             conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
             pos INTEGER NOT NULL,
             hash TEXT,
-            message TEXT NOT NULL,
+            message TEXT,
             PRIMARY KEY (conversation_id, pos)
         )
         """
@@ -154,7 +157,11 @@ LIST_CONVERSATIONS = """
     FROM conversations c
 """
 
-SELECT_WORKING = "SELECT message FROM working WHERE conversation_id = ? ORDER BY pos"
+SELECT_WORKING = """
+    SELECT COALESCE(w.message, m.message) FROM working w
+    LEFT JOIN messages m ON m.conversation_id = w.conversation_id AND m.hash = w.hash
+    WHERE w.conversation_id = ? ORDER BY w.pos
+"""
 
 SELECT_SNAPSHOTS = (
     "SELECT head, position, state, created_at FROM snapshots WHERE conversation_id = ?"

@@ -231,7 +231,8 @@ class SqliteStore(search.Searchable):
         state = dumps(snap.state)
         entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
         first = _first_fresh(layout, len(turn.working))
-        fresh = [dumps(m) for m in turn.working[first:]]
+        # With a layout every working message is archived, and its row refers to that.
+        texts = None if layout is not None else [dumps(m) for m in turn.working]
 
         def job(db: sqlite3.Connection) -> None:
             now = self._now()
@@ -263,7 +264,7 @@ class SqliteStore(search.Searchable):
                     " VALUES (?, ?, ?, ?)",
                     [(cid, h, parent, message) for h, parent, message in entries],
                 )
-                _write_working(db, cid, turn, first, fresh)
+                _write_working(db, cid, turn, first, texts)
                 db.execute(
                     UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
                 )
@@ -315,7 +316,10 @@ class SqliteStore(search.Searchable):
             if row is None:
                 return None
             cid, head, position, state, turns, created_at, updated_at = row
-            working = [loads(m) for (m,) in db.execute(SELECT_WORKING, (cid,))]
+            texts = [m for (m,) in db.execute(SELECT_WORKING, (cid,))]
+            if None in texts:
+                raise sqlite3.DatabaseError("a working row refers to a missing archive row")
+            working = [loads(m) for m in texts]
             return Conversation(
                 key, head, position, loads(state), working, turns, created_at, updated_at
             )
@@ -437,17 +441,24 @@ def _first_fresh(layout: WorkingLayout | None, n: int) -> int:
 
 
 def _write_working(
-    db: sqlite3.Connection, cid: int, turn: TurnCommit, first: int, fresh: list[str]
+    db: sqlite3.Connection, cid: int, turn: TurnCommit, first: int, texts: list[str] | None
 ) -> None:
     """Bring the working rows to `turn.working`, writing the rows from `first` on if that suffices.
 
     The rows kept must be the same history: the row before the first fresh
     one carries the chain hash the layout expects, and every kept position
     has a row. Otherwise (append mode, an edit past the rows, a first turn)
-    all rows are rewritten.
+    all rows are rewritten. With a layout, rows carry chain hashes, and the
+    rows of messages archived by this commit no text (see migration m002);
+    without one (append mode), text and no hash.
     """
     layout, working = turn.layout, turn.working
-    if layout is not None and first > 0 and _rows_match(db, cid, layout, first):
+    insert = "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)"
+    if layout is None or texts is not None:
+        db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+        db.executemany(insert, [(cid, i, None, text) for i, text in enumerate(texts or ())])
+        return
+    if first > 0 and _rows_match(db, cid, layout, first):
         db.execute(
             "DELETE FROM working WHERE conversation_id = ? AND pos >= ? AND pos < ?",
             (cid, layout.leading, layout.start),
@@ -456,27 +467,18 @@ def _write_working(
             "DELETE FROM working WHERE conversation_id = ? AND pos >= ?",
             (cid, layout.position(first)),
         )
-        db.executemany(
-            "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
-            [
-                (cid, layout.position(first + i), layout.hashes[first + i], message)
-                for i, message in enumerate(fresh)
-            ],
-        )
-        return
-    db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
-    rows = [dumps(m) for m in working[:first]] + fresh
+        older = []
+    else:
+        # The messages before `first` may predate an archive that expired in
+        # this very commit, so their rows keep their own text.
+        db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+        older = [
+            (cid, layout.position(i), layout.hashes[i], dumps(working[i])) for i in range(first)
+        ]
     db.executemany(
-        "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)",
-        [
-            (
-                cid,
-                layout.position(i) if layout else i,
-                layout.hashes[i] if layout else None,
-                message,
-            )
-            for i, message in enumerate(rows)
-        ],
+        insert,
+        older
+        + [(cid, layout.position(i), layout.hashes[i], None) for i in range(first, len(working))],
     )
 
 
