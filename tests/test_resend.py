@@ -23,7 +23,7 @@ from proxy.config import load_settings
 from proxy.conversation import tenant_of
 from proxy.known import Known, prefix_of, resent
 from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
-from proxy.store.schema import m001_initial, migrate
+from proxy.store.schema import m001_initial, m002_message_search, migrate
 
 from .factories import assistant, call, system, tool, user
 
@@ -149,10 +149,11 @@ def test_deleting_a_conversation_forgets_its_last_request() -> None:
 async def test_a_working_history_stored_as_one_json_text_is_migrated_to_rows(
     tmp_path: Path,
 ) -> None:
+    """A file written by the release before working rows (recall's index already in it)."""
     path = tmp_path / "old.db"
     working = [system("be brief"), user("one"), assistant("two")]
     with sqlite3.connect(path, isolation_level=None) as db:
-        migrate(db, [m001_initial])
+        migrate(db, [m001_initial, m002_message_search])
         db.execute(
             "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
             " turns, created_at, updated_at) VALUES (?, ?, 'h', 2, '{}', ?, 1, ?, ?)",

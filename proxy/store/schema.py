@@ -68,7 +68,24 @@ def m001_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX snapshots_turn ON snapshots (conversation_id, turn)")
 
 
-def m002_working_rows(db: sqlite3.Connection) -> None:
+def m002_message_search(db: sqlite3.Connection) -> None:
+    """The FTS5 index recall searches; rows are added lazily by the first search."""
+    search.create(db)
+    db.execute(
+        """
+        CREATE TRIGGER conversations_forget_search BEFORE DELETE ON conversations BEGIN
+            DELETE FROM message_search WHERE rowid IN (
+                SELECT rowid FROM message_search
+                WHERE message_search MATCH 'conv : "k' || old.id || '"'
+            );
+            DELETE FROM search_progress WHERE conversation_id = old.id;
+            DELETE FROM message_vectors WHERE conversation_id = old.id;
+        END
+        """
+    )
+
+
+def m003_working_rows(db: sqlite3.Connection) -> None:
     """The working history as one row per message, so a turn writes only its new messages.
 
     One JSON text per conversation meant rewriting the whole working history
@@ -98,24 +115,7 @@ def m002_working_rows(db: sqlite3.Connection) -> None:
     db.execute("UPDATE conversations SET working = '[]'")
 
 
-def m003_message_search(db: sqlite3.Connection) -> None:
-    """The FTS5 index recall searches; rows are added lazily by the first search."""
-    search.create(db)
-    db.execute(
-        """
-        CREATE TRIGGER conversations_forget_search BEFORE DELETE ON conversations BEGIN
-            DELETE FROM message_search WHERE rowid IN (
-                SELECT rowid FROM message_search
-                WHERE message_search MATCH 'conv : "k' || old.id || '"'
-            );
-            DELETE FROM search_progress WHERE conversation_id = old.id;
-            DELETE FROM message_vectors WHERE conversation_id = old.id;
-        END
-        """
-    )
-
-
-MIGRATIONS: list[Migration] = [m001_initial, m002_working_rows, m003_message_search]
+MIGRATIONS: list[Migration] = [m001_initial, m002_message_search, m003_working_rows]
 
 
 def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[str]:

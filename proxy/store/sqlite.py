@@ -449,7 +449,7 @@ def _write_working(
     one carries the chain hash the layout expects, and every kept position
     has a row. Otherwise (append mode, an edit past the rows, a first turn)
     all rows are rewritten. With a layout, rows carry chain hashes, and the
-    rows of messages archived by this commit no text (see migration m002);
+    rows of messages archived by this commit no text (see migration m003);
     without one (append mode), text and no hash.
     """
     layout, working = turn.layout, turn.working
