@@ -196,7 +196,12 @@ def test_tool_results_within_a_turn_repeat_the_same_block(
 
 def test_recall_off_adds_no_header(tmp_path: Path) -> None:
     upstream = create_fake_upstream()
-    settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1"})
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
+            "CONTEXT_PROXY_STORE_PATH": str(tmp_path / "p.db"),
+        }
+    )
     proxy = create_app(settings, transport=httpx.ASGITransport(upstream.app))
     with TestClient(proxy) as client:
         r = client.post(
