@@ -80,6 +80,39 @@ async def store(make_store: Factory) -> AsyncIterator[Store]:
     await opened.close()
 
 
+@pytest.mark.asyncio
+async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit never copies the WAL into the file itself; the checkpointer thread does."""
+    import proxy.store.sqlite as sqlite_store
+
+    path = tmp_path / "wal.db"
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY_S", 3600.0)
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 1 << 30)
+    store = SqliteStore(str(path))
+    first = [system(), user("marker-first " + "x" * 5_000_000)]
+    await store.commit(turn(ALICE, first))
+    # Not due: the text is in the WAL only, which SQLite alone would have checkpointed
+    # in this very commit once past 1,000 pages; here nothing but the checkpointer does.
+    assert b"marker-first" not in path.read_bytes()
+    assert b"marker-first" in Path(f"{path}-wal").read_bytes()
+
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 1)
+    await store.commit(turn(MALLORY, [system(), user("marker-second")]))
+    for _ in range(200):  # the checkpointer runs on its own thread
+        if b"marker-second" in path.read_bytes():
+            break
+        await asyncio.sleep(0.01)
+    assert b"marker-first" in path.read_bytes() and b"marker-second" in path.read_bytes()
+    await store.close()
+    assert not Path(f"{path}-wal").exists()
+    reopened = SqliteStore(str(path))
+    latest = await reopened.latest(MALLORY)
+    await reopened.close()
+    assert latest is not None and latest.working[1] == user("marker-second")
+
+
 def turn(
     key: ConvKey,
     request: list[Message],

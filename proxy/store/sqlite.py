@@ -14,6 +14,12 @@ its own savepoint. The lookup every full-history request makes first
 (`find_snapshot`) runs on the event loop's thread, on a read-only
 connection of its own: a few indexed reads that WAL never makes wait.
 
+Checkpoints (copying the WAL back into the database file, with an fsync)
+run on a thread and connection of their own, never inside a turn's commit:
+SQLite's automatic checkpoint ran in whichever commit crossed 1,000 pages,
+and that turn's answer waited for the fsync (p99 10 ms against a p50 of
+1.7 ms at one request at a time; 3.5 ms without).
+
 WAL lets readers in other processes (the `sqlite3` shell, a second replica
 on the same disk) read while a turn is being written; each write takes the
 lock up front with `BEGIN IMMEDIATE`, so two writers wait on the busy
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 import threading
 import time
@@ -60,11 +67,18 @@ from proxy.store.schema import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger("context_proxy.store")
 
 # Well under SQLite's bound-parameter limit (999 on old builds).
 _IN_CHUNK = 500
 # The newest turn's head is nearly always among the last few messages.
 _FIRST_CHUNK = 8
+# A checkpoint is due after this much text was written (SQLite's own default is
+# 1,000 pages, about 4 MB), or after CHECKPOINT_EVERY_S with anything written.
+CHECKPOINT_BYTES = 4 << 20
+CHECKPOINT_EVERY_S = 1.0
+# After a checkpoint resets it, the WAL file is truncated to this size.
+WAL_SIZE_LIMIT = 64 << 20
 
 
 class SqliteStore(search.Searchable):
@@ -99,12 +113,21 @@ class SqliteStore(search.Searchable):
         self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
+        self._file = path != ":memory:" and not path.startswith("file:")
+        self._checkpointer = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="store-sqlite-checkpoint"
+        )
+        self._checkpoint_db: sqlite3.Connection | None = None
+        self._checkpoint_pending = False
+        self._unchecked_bytes = 0
+        self._last_checkpoint = time.monotonic()
         try:
             self._executor.submit(self._open).result()
-            if path != ":memory:" and not path.startswith("file:"):
+            if self._file:
                 self._reader = self._open_reader()
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=False)
+            self._checkpointer.shutdown(wait=False)
             self._closed = True
             raise StoreError(f"cannot open SQLite store at {path!r}: {exc}") from exc
 
@@ -127,6 +150,9 @@ class SqliteStore(search.Searchable):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
+            if self._file:  # checkpoints are the checkpointer thread's (see the module's doc)
+                db.execute("PRAGMA wal_autocheckpoint=0")
+                db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             migrate(db)
         except BaseException:
             db.close()
@@ -144,7 +170,41 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
 
-    async def _batched(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+    def _after_write(self, written: int) -> None:
+        """On the worker thread, after a commit: hand a due checkpoint to the checkpointer."""
+        self._unchecked_bytes += written
+        if not self._file or self._checkpoint_pending or self._closed:
+            return
+        due = self._unchecked_bytes >= CHECKPOINT_BYTES or (
+            time.monotonic() - self._last_checkpoint >= CHECKPOINT_EVERY_S
+        )
+        if due:
+            self._checkpoint_pending = True
+            self._unchecked_bytes = 0
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile
+                self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        """On the checkpointer thread: copy what the WAL holds into the file (PASSIVE: no waiting).
+
+        PASSIVE never blocks a writer or a reader; frames a reader still
+        needs are left for the next checkpoint.
+        """
+        try:
+            if self._checkpoint_db is None:
+                self._checkpoint_db = sqlite3.connect(
+                    self.path, timeout=self._busy_timeout_s, isolation_level=None
+                )
+            self._checkpoint_db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:  # retried at the next due checkpoint
+            log.warning("SQLite checkpoint failed: %s", exc)
+        finally:
+            self._last_checkpoint = time.monotonic()
+            self._checkpoint_pending = False
+
+    async def _batched(
+        self, job: Callable[[sqlite3.Connection], T], *, write: bool, size: int = 0
+    ) -> T:
         """Run `job` in the next group of jobs: one thread hop and one transaction for all.
 
         Under load, turns of many conversations arrive together; handing each
@@ -158,7 +218,7 @@ class SqliteStore(search.Searchable):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._queue_lock:
-            self._queue.append(_Job(job, future, write))
+            self._queue.append(_Job(job, future, write, size))
             first = len(self._queue) == 1
         if first:
             self._executor.submit(self._drain, loop)
@@ -198,6 +258,9 @@ class SqliteStore(search.Searchable):
                 raise
         except sqlite3.Error as exc:
             results = [(False, exc)] * len(jobs)
+        else:
+            if writes:
+                self._after_write(sum(j.size for j in jobs))
         due = self._now() - self._last_sweep >= self._sweep_interval_s
         if writes and db is not None and due:
             # The turns are committed already; a failed sweep is retried next time.
@@ -273,7 +336,8 @@ class SqliteStore(search.Searchable):
 
             write()
 
-        await self._batched(job, write=True)
+        size = len(state) + sum(len(e[2]) for e in entries)
+        await self._batched(job, write=True, size=size)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         heads = list(heads)
@@ -396,8 +460,17 @@ class SqliteStore(search.Searchable):
         db, self._closed = self._db, True
         if self._reader is not None:
             self._reader.close()
-        await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
+        loop = asyncio.get_running_loop()
+        # The writer closes last: the last connection to close checkpoints and removes the WAL.
+        await loop.run_in_executor(self._checkpointer, self._close_checkpointer)
+        self._checkpointer.shutdown(wait=False)
+        await loop.run_in_executor(self._executor, db.close)
         self._executor.shutdown(wait=False)
+
+    def _close_checkpointer(self) -> None:
+        if self._checkpoint_db is not None:
+            self._checkpoint_db.close()
+            self._checkpoint_db = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +478,7 @@ class _Job:
     job: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
     write: bool
+    size: int  # bytes of text written, which the WAL will hold until a checkpoint
 
 
 def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
