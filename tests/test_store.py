@@ -80,6 +80,14 @@ async def store(make_store: Factory) -> AsyncIterator[Store]:
     await opened.close()
 
 
+def contents(path: str) -> bytes | None:
+    """A file's bytes, or None if there is no such file (sync: the tests read small files)."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 @pytest.mark.asyncio
 async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -96,7 +104,7 @@ async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
     # Not due: the text is in the WAL only, which SQLite alone would have checkpointed
     # in this very commit once past 1,000 pages; here nothing but the checkpointer does.
     assert b"marker-first" not in path.read_bytes()
-    assert b"marker-first" in Path(f"{path}-wal").read_bytes()
+    assert b"marker-first" in contents(f"{path}-wal")
 
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 1)
     await store.commit(turn(MALLORY, [system(), user("marker-second")]))
@@ -106,11 +114,63 @@ async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
         await asyncio.sleep(0.01)
     assert b"marker-first" in path.read_bytes() and b"marker-second" in path.read_bytes()
     await store.close()
-    assert not Path(f"{path}-wal").exists()
+    assert contents(f"{path}-wal") is None
     reopened = SqliteStore(str(path))
     latest = await reopened.latest(MALLORY)
     await reopened.close()
     assert latest is not None and latest.working[1] == user("marker-second")
+
+
+@pytest.mark.asyncio
+async def test_sqlite_commit_waits_for_another_writer_without_blocking_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Turns are written from the loop's thread, but a locked file is waited for elsewhere."""
+    path = tmp_path / "locked.db"
+    store = SqliteStore(str(path), busy_timeout_s=5.0)
+    await store.commit(turn(ALICE, [system(), user("first")]))
+    other = sqlite3.connect(path, isolation_level=None)  # another replica, mid-transaction
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        first = asyncio.ensure_future(store.commit(turn(MALLORY, [system(), user("one")])))
+        later = asyncio.ensure_future(
+            store.commit(turn(ALICE, [system(), user("first"), assistant("a"), user("two")]))
+        )
+        ticks = 0
+        for _ in range(20):  # the loop keeps running while the file is locked
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks == 20 and not first.done() and not later.done()
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    await asyncio.wait_for(asyncio.gather(first, later), timeout=5)
+    mallory, alice = await store.latest(MALLORY), await store.latest(ALICE)
+    # And the next turn is written from the loop again.
+    await store.commit(turn(MALLORY, [system(), user("one"), assistant("b"), user("three")]))
+    again = await store.latest(MALLORY)
+    await store.close()
+    assert mallory is not None and mallory.turns == 1
+    assert alice is not None and alice.turns == 2 and alice.working[-2] == user("two")
+    assert again is not None and again.turns == 2
+
+
+@pytest.mark.asyncio
+async def test_sqlite_gives_up_on_a_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "stuck.db"
+    store = SqliteStore(str(path), busy_timeout_s=0.2)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreError, match="locked"):
+            await store.commit(turn(ALICE, [system(), user("one")]))
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await store.commit(turn(ALICE, [system(), user("one")]))
+    latest = await store.latest(ALICE)
+    await store.close()
+    assert latest is not None and latest.turns == 1
 
 
 def turn(
