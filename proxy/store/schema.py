@@ -163,9 +163,12 @@ SELECT_WORKING = """
     WHERE w.conversation_id = ? ORDER BY w.pos
 """
 
-SELECT_SNAPSHOTS = (
-    "SELECT head, position, state, created_at FROM snapshots WHERE conversation_id = ?"
-)
+# Snapshots of a live conversation (tenant, conversation, not idle since ?).
+SELECT_SNAPSHOTS = """
+    SELECT s.head, s.position, s.state, s.created_at
+    FROM conversations c JOIN snapshots s ON s.conversation_id = c.id
+    WHERE c.tenant = ? AND c.conversation = ? AND c.updated_at >= ?
+"""
 
 DELETE_IDLE = "DELETE FROM conversations WHERE updated_at < ?"
 

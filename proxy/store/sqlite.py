@@ -416,17 +416,15 @@ class SqliteStore(search.Searchable):
         heads = list(heads)
 
         def job(db: sqlite3.Connection) -> Snapshot | None:
-            cid = self._live_id(db, key)
-            if cid is None:
-                return None
             # Scan from the end: the newest turn's head is usually the last
             # or second-to-last message, so one query settles it. A chunk
             # matches at most `max_snapshots` rows, so reading them whole is cheap.
             for end, size in _chunks(len(heads)):
                 chunk = heads[max(0, end - size) : end]
                 marks = ",".join("?" * len(chunk))
-                sql = f"{SELECT_SNAPSHOTS} AND head IN ({marks})"
-                found = {row[0]: row for row in db.execute(sql, (cid, *chunk))}
+                sql = f"{SELECT_SNAPSHOTS} AND s.head IN ({marks})"
+                params = (key.tenant, key.conversation, self._cutoff(), *chunk)
+                found = {row[0]: row for row in db.execute(sql, params)}
                 for head in reversed(chunk):
                     if head in found:
                         _, position, state, created_at = found[head]
@@ -439,6 +437,10 @@ class SqliteStore(search.Searchable):
         if self._closed:
             raise StoreError("the SQLite store is closed")
         try:
+            # One statement needs no transaction to see one state of the file;
+            # the rare longer scans read in one.
+            if len(heads) <= _FIRST_CHUNK:
+                return job(reader)
             return _read(reader, lambda: job(reader))
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
