@@ -13,7 +13,7 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -97,8 +97,7 @@ async def chat_completions(request: Request) -> Response:
         outcome = await prepare(
             ctx, key, payload, messages, mode, strategy, headers, resend.of(key)
         )
-        forwarded = {**payload, "messages": list(outcome.reduction.messages)}
-        response = await send(ctx, forwarded, headers)
+        response = await send(ctx, forward_body(body, payload, outcome.reduction.messages), headers)
         ctx.metrics.upstream_latency.labels("/v1/chat/completions").observe(
             time.perf_counter() - started
         )
@@ -487,12 +486,26 @@ def _with_kind(reduction: Reduction, kind: str) -> Reduction:
     )
 
 
-async def send(ctx: AppContext, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Message]) -> bytes:
+    """The upstream's request: the client's own bytes when the reduction kept every message.
+
+    Re-serialising a 400 KB history costs about as much as parsing it, and
+    the client's bytes are the most faithful copy of what it meant to send.
+    The check is by identity: the reduction passes kept messages through as
+    the same objects, so this is a pointer comparison per message.
+    """
+    sent = payload["messages"]
+    if len(messages) == len(sent) and all(a is b for a, b in zip(messages, sent, strict=True)):
+        return body
+    return orjson.dumps({**payload, "messages": list(messages)})
+
+
+async def send(ctx: AppContext, content: bytes, headers: dict[str, str]) -> httpx.Response:
     # The proxy reads the answer to keep it, so it asks for an uncompressed one.
     request = post_request(
         ctx.client,
         ctx.chat_url,
-        orjson.dumps(body),
+        content,
         {**headers, "content-type": "application/json", "accept-encoding": "identity"},
     )
     try:

@@ -120,6 +120,34 @@ def test_answer_and_body_pass_through_unchanged(h: Harness) -> None:
     assert r.headers["x-conversation-id"].startswith("conv_")
 
 
+def test_an_unreduced_request_reaches_upstream_byte_for_byte(h: Harness) -> None:
+    """Nothing to reduce: the client's own bytes go upstream (spacing, escapes, key order)."""
+    h.router.post("/chat/completions").respond(200, json=completion())
+    body = (
+        b'{ "messages" : [ {"content":"caf\\u00e9 \\ud83d\\ude00 1.50","role":"user"} ],\n'
+        b' "model":"gpt-4o", "temperature": 1.0, "metadata": {"z": 1, "a": [2.50, 1e3]} }'
+    )
+    r = h.client.post(
+        "/v1/chat/completions",
+        content=body,
+        headers={**KEY, "content-type": "application/json", "X-Conversation-Id": "raw"},
+    )
+    assert r.status_code == 200 and r.headers["x-context-reduction"] == "none"
+    assert h.router.calls.last.request.content == body
+    # Once the history is reduced, the proxy writes the body itself.
+    long = [system(), *[user(f"message {i} " + "word " * 400) for i in range(30)]]
+    r = h.chat(
+        long, model="gpt-4", headers={"X-Context-Strategy": "tokens", "X-Conversation-Id": "cut"}
+    )
+    sent = h.forwarded()
+    assert r.status_code == 200 and r.headers["x-context-reduction"] != "none"
+    assert len(sent["messages"]) < len(long)
+    assert (
+        h.router.calls.last.request.content
+        != json.dumps({"model": "gpt-4o", "messages": long}).encode()
+    )
+
+
 def test_proxy_headers_never_reach_upstream(h: Harness) -> None:
     h.router.post("/chat/completions").respond(200, json=completion())
     h.chat(
