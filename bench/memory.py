@@ -2,13 +2,15 @@
 
 N conversations of M turns each are stored through the real proxy (full-
 history mode, unique content so nothing is shared), and the growth of the
-proxy's RSS, and for SQLite of the database files, is divided by N. RSS is
-what an operator pays for the memory store; for SQLite the file is the
-stored state and RSS shows the page cache on top.
+proxy's RSS, and for SQLite of the database's pages in use, is divided by
+N. RSS is what an operator pays for the memory store; for SQLite the file
+is the stored state and RSS shows the page cache on top.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +30,20 @@ class MemoryCost:
 
 
 def _files_size(db: Path | None) -> int:
+    """Bytes of the database's pages in use, read through the WAL.
+
+    Not the files' sizes: the WAL is a bounded buffer the proxy reuses (up
+    to about 8 MB), so its size says when the last checkpoint ran, not what
+    a conversation costs.
+    """
     if db is None:
         return 0
-    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as con:
+        pages, free, size = (
+            con.execute(f"PRAGMA {p}").fetchone()[0]
+            for p in ("page_count", "freelist_count", "page_size")
+        )
+    return int((pages - free) * size)
 
 
 async def memory_cost(

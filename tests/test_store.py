@@ -97,7 +97,7 @@ async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
 
     path = tmp_path / "wal.db"
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY_S", 3600.0)
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 1 << 30)
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_PAGES", 1 << 30)
     store = SqliteStore(str(path))
     first = [system(), user("marker-first " + "x" * 5_000_000)]
     await store.commit(turn(ALICE, first))
@@ -106,7 +106,7 @@ async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
     assert b"marker-first" not in path.read_bytes()
     assert b"marker-first" in contents(f"{path}-wal")
 
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_BYTES", 1)
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_PAGES", 1)
     await store.commit(turn(MALLORY, [system(), user("marker-second")]))
     for _ in range(200):  # the checkpointer runs on its own thread
         if b"marker-second" in path.read_bytes():

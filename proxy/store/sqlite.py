@@ -72,10 +72,15 @@ log = logging.getLogger("context_proxy.store")
 _IN_CHUNK = 500
 # The newest turn's head is nearly always among the last few messages.
 _FIRST_CHUNK = 8
-# A checkpoint is due after this much text was written (SQLite's own default is
-# 1,000 pages, about 4 MB), or after CHECKPOINT_EVERY_S with anything written.
-CHECKPOINT_BYTES = 4 << 20
+# A checkpoint is due once the WAL holds about this many pages (SQLite's own
+# default), or after CHECKPOINT_EVERY_S with anything written. Pages are
+# estimated: a turn of a few short messages adds about 12 (measured: 50 KB of
+# WAL per commit), and its text adds one per 4 KB.
+CHECKPOINT_PAGES = 1000
+PAGES_PER_JOB = 12
 CHECKPOINT_EVERY_S = 1.0
+# A WAL this long (8 MB) is started over by a checkpoint that waits for writers.
+WAL_RESTART_PAGES = 2 * CHECKPOINT_PAGES
 # After a checkpoint resets it, the WAL file is truncated to this size.
 WAL_SIZE_LIMIT = 64 << 20
 
@@ -120,7 +125,8 @@ class SqliteStore(search.Searchable):
         )
         self._checkpoint_db: sqlite3.Connection | None = None
         self._checkpoint_pending = False
-        self._unchecked_bytes = 0
+        self._checkpoint_wake = threading.Event()
+        self._unchecked_pages = 0
         self._last_checkpoint = time.monotonic()
         try:
             self._executor.submit(self._open).result()
@@ -183,33 +189,50 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
 
-    def _after_write(self, written: int) -> None:
-        """On the worker thread, after a commit: hand a due checkpoint to the checkpointer."""
-        self._unchecked_bytes += written
-        if not self._file or self._checkpoint_pending or self._closed:
+    def _after_write(self, pages: int) -> None:
+        """After a commit: make sure a checkpoint will follow (see `_checkpoint`)."""
+        self._unchecked_pages += pages
+        if not self._file or self._closed:
             return
-        due = self._unchecked_bytes >= CHECKPOINT_BYTES or (
-            time.monotonic() - self._last_checkpoint >= CHECKPOINT_EVERY_S
-        )
-        if due:
-            self._checkpoint_pending = True
-            self._unchecked_bytes = 0
-            with contextlib.suppress(RuntimeError):  # shut down meanwhile
-                self._checkpointer.submit(self._checkpoint)
+        if self._checkpoint_pending:
+            if self._unchecked_pages >= CHECKPOINT_PAGES:
+                self._checkpoint_wake.set()
+            return
+        self._checkpoint_pending = True
+        with contextlib.suppress(RuntimeError):  # shut down meanwhile
+            self._checkpointer.submit(self._checkpoint)
 
     def _checkpoint(self) -> None:
-        """On the checkpointer thread: copy what the WAL holds into the file (PASSIVE: no waiting).
+        """On the checkpointer thread: copy the WAL into the file once enough is written or a
+        second has passed since the last checkpoint, whichever comes first.
 
-        PASSIVE never blocks a writer or a reader; frames a reader still
-        needs are left for the next checkpoint.
+        Waiting a second after a write, even if none follows, bounds what a
+        power cut can take and keeps the next burst of turns from paying for
+        this one's checkpoint. PASSIVE never blocks a writer or a reader;
+        frames a reader still needs are left for the next checkpoint.
         """
+        deadline = self._last_checkpoint + CHECKPOINT_EVERY_S
+        while not self._closed and self._unchecked_pages < CHECKPOINT_PAGES:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._checkpoint_wake.wait(remaining)
+            self._checkpoint_wake.clear()
+        self._unchecked_pages = 0
         try:
             if self._checkpoint_db is None:
                 self._checkpoint_db = sqlite3.connect(
                     self.path, timeout=self._busy_timeout_s, isolation_level=None
                 )
-            self._checkpoint_db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:  # retried at the next due checkpoint
+            db = self._checkpoint_db
+            ((_, frames, _),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if frames >= WAL_RESTART_PAGES:
+                # Under steady load a concurrent checkpoint never finishes before
+                # the next turn appends, so the WAL would never start over; this
+                # one waits for the writer of the moment and holds the next ones
+                # (the loop's groups go to the worker meanwhile) until it has.
+                db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        except sqlite3.Error as exc:  # retried after the next write
             log.warning("SQLite checkpoint failed: %s", exc)
         finally:
             self._last_checkpoint = time.monotonic()
@@ -329,7 +352,7 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error as exc:
             return [(False, exc)] * len(jobs)
         if writes:
-            self._after_write(sum(j.size for j in jobs))
+            self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs if j.write))
             if self._now() - self._last_sweep >= self._sweep_interval_s:
                 # The turns are committed already; a failed sweep is retried next time.
                 self._last_sweep = self._now()
@@ -539,6 +562,7 @@ class SqliteStore(search.Searchable):
             self._here.close()
             self._here = None
         loop = asyncio.get_running_loop()
+        self._checkpoint_wake.set()  # a waiting checkpoint runs now, not in a second
         # The writer closes last: the last connection to close checkpoints and removes the WAL.
         await loop.run_in_executor(self._checkpointer, self._close_checkpointer)
         self._checkpointer.shutdown(wait=False)
