@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -56,9 +57,17 @@ async def _post(
     session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
 ) -> tuple[int, str]:
     async with session.post(url, data=body, headers=headers) as resp:
+        if resp.status != 200:  # say why, once per kind: a failed run must be explainable
+            text = (await resp.read())[:300].decode(errors="replace")
+            if (resp.status, text) not in _REPORTED:
+                _REPORTED.add((resp.status, text))
+                print(f"bench: {url} answered {resp.status}: {text}", file=sys.stderr)
         async for _ in resp.content.iter_any():
             pass
         return resp.status, resp.headers.get("x-context-reduction", "")
+
+
+_REPORTED: set[tuple[int, str]] = set()
 
 
 async def load(

@@ -56,6 +56,12 @@ class UpstreamSettings:
         default="",
     )
     max_connections: int = _doc("Size of the pooled upstream connection pool.", default=512)
+    keepalive_s: float = _doc(
+        "Seconds an idle upstream connection is kept for reuse. Keep it below the "
+        "upstream's own idle timeout (5 s for uvicorn-based servers such as vLLM): a "
+        "request sent just as the upstream closes an idle connection fails with a 502.",
+        default=4.0,
+    )
     transport: str = _doc(
         "aiohttp (faster under concurrency) | httpx (httpcore's own pool).", default="aiohttp"
     )
@@ -303,6 +309,7 @@ def _validate(s: Settings) -> None:
         "must be aiohttp or httpx",
     )
     check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
+    check(s.upstream.keepalive_s >= 0, "upstream.keepalive_s", "must not be negative")
     check(
         s.store.backend in ("memory", "sqlite", "redis"),
         "store.backend",

@@ -72,7 +72,7 @@ def create_client(
     limits = httpx.Limits(
         max_connections=settings.max_connections,
         max_keepalive_connections=settings.max_connections,
-        keepalive_expiry=30.0,
+        keepalive_expiry=settings.keepalive_s,
     )
     if transport is None and settings.transport == "aiohttp":
         # httpcore's pool checks every idle socket on each request, which caps a
@@ -138,9 +138,16 @@ def transport_error(exc: httpx.HTTPError) -> UpstreamError:
         return UpstreamError(
             504, "The upstream did not answer in time.", type="upstream_error", code="timeout"
         )
+    # httpx-aiohttp maps every aiohttp connection error to ConnectTimeout; the
+    # innermost cause it chains (e.g. ServerDisconnectedError) says what happened.
+    cause: BaseException = exc
+    seen = {id(exc)}
+    while cause.__cause__ is not None and id(cause.__cause__) not in seen:  # chains can loop
+        cause = cause.__cause__
+        seen.add(id(cause))
     return UpstreamError(
         502,
-        f"The upstream could not be reached ({type(exc).__name__}).",
+        f"The upstream could not be reached ({type(cause).__name__}).",
         type="upstream_error",
         code="upstream_unreachable",
     )

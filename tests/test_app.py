@@ -317,6 +317,32 @@ def test_transport_failures_map_to_502_and_504(h: Harness, exc: Exception, statu
     assert r.json()["error"]["type"] == "upstream_error"
 
 
+class Disconnecting(httpx.AsyncBaseTransport):
+    """What httpx-aiohttp raises when the upstream closes the connection before answering."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        import aiohttp
+
+        try:
+            raise aiohttp.ServerDisconnectedError()
+        except aiohttp.ServerDisconnectedError as exc:
+            raise httpx.ConnectTimeout("Server disconnected", request=request) from exc
+
+
+def test_a_502_names_the_transports_own_cause() -> None:
+    """httpx-aiohttp raises ConnectTimeout for any aiohttp connection error; say which one."""
+    settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM})
+    app = create_app(settings, transport=Disconnecting(), store=MemoryStore(ttl_s=60))
+    with TestClient(app) as client:
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": "gpt-4o", "messages": [user("q")]},
+            headers=KEY,
+        )
+    assert r.status_code == 502
+    assert "ServerDisconnectedError" in r.json()["error"]["message"]
+
+
 def test_other_v1_routes_pass_through(h: Harness) -> None:
     h.router.get("/models").respond(
         200, json={"object": "list", "data": []}, headers={"x-request-id": "r1"}
