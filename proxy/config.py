@@ -108,7 +108,7 @@ class ReductionSettings:
     prepare_ratio: float = _doc(
         "summarize: past this share of the trigger, the next summary is prepared in the "
         "background after the response, so the crossing turn does not wait; 0 disables.",
-        default=0.85,
+        default=0.8,
     )
     summarizer_timeout_s: float = _doc(
         "A summary slower than this falls back to a window.", default=60.0

@@ -98,7 +98,7 @@ class Policy:
     # `summarize`: past this share of `budget.limit`, ask the caller to prepare the
     # next summary in the background (`Reduction.prepare`) so the turn that crosses
     # the trigger finds it ready. 0 disables.
-    prepare_ratio: float = 0.85
+    prepare_ratio: float = 0.8
 
 
 @dataclass(frozen=True)
