@@ -238,9 +238,7 @@ class SqliteStore(search.Searchable):
             self._last_checkpoint = time.monotonic()
             self._checkpoint_pending = False
 
-    async def _batched(
-        self, job: Callable[[sqlite3.Connection], T], *, write: bool, size: int = 0
-    ) -> T:
+    async def _batched(self, job: Callable[[sqlite3.Connection], T], *, size: int) -> T:
         """Run `job` in the next group of jobs: one transaction for all.
 
         Under load, turns of many conversations arrive together; committing
@@ -254,7 +252,7 @@ class SqliteStore(search.Searchable):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._queue_lock:
-            self._queue.append(_Job(job, future, write, size))
+            self._queue.append(_Job(job, future, size))
             first = len(self._queue) == 1
             here = self._here is not None and not self._patient
         if first:
@@ -297,7 +295,7 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error as exc:
             _settle(jobs, [(False, exc)] * len(jobs))
             return
-        _settle(jobs, self._run_group(db, jobs, loop))
+        _settle(jobs, self._run_group(db, jobs))
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the worker thread: run every queued job, commit once, settle their futures."""
@@ -309,55 +307,43 @@ class SqliteStore(search.Searchable):
             try:
                 if db is None:
                     raise sqlite3.ProgrammingError("the SQLite store is closed")
-                db.execute("BEGIN IMMEDIATE" if any(j.write for j in jobs) else "BEGIN")
+                db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 results = [(False, exc)] * len(jobs)
             else:
                 assert db is not None
-                results = self._run_group(db, jobs, loop)
+                results = self._run_group(db, jobs)
         with self._queue_lock:
             if not self._queue:
                 self._patient = False
         with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
             loop.call_soon_threadsafe(_settle, jobs, results)
 
-    def _run_group(
-        self, db: sqlite3.Connection, jobs: list[_Job], loop: asyncio.AbstractEventLoop
-    ) -> list[tuple[bool, Any]]:
+    def _run_group(self, db: sqlite3.Connection, jobs: list[_Job]) -> list[tuple[bool, Any]]:
         """The jobs of one group in the transaction just begun on `db`, each in a savepoint."""
-        results: list[tuple[bool, Any]] = []
-        writes = any(j.write for j in jobs)
+
+        def run() -> list[tuple[bool, Any]]:
+            results: list[tuple[bool, Any]] = []
+            for j in jobs:
+                db.execute("SAVEPOINT job")
+                try:
+                    results.append((True, j.job(db)))
+                except Exception as exc:
+                    db.execute("ROLLBACK TO job")
+                    results.append((False, exc))
+                db.execute("RELEASE job")
+            return results
+
         try:
-            try:
-                for j in jobs:
-                    if not j.write:  # a read has nothing to undo
-                        try:
-                            results.append((True, j.job(db)))
-                        except Exception as exc:
-                            results.append((False, exc))
-                        continue
-                    db.execute("SAVEPOINT job")
-                    try:
-                        results.append((True, j.job(db)))
-                    except Exception as exc:
-                        db.execute("ROLLBACK TO job")
-                        results.append((False, exc))
-                    db.execute("RELEASE job")
-                db.execute("COMMIT")
-            except BaseException:
-                # SQLite has already rolled back after some errors (disk full, I/O).
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            results = _write(db, run, begun=True)
         except sqlite3.Error as exc:
             return [(False, exc)] * len(jobs)
-        if writes:
-            self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs if j.write))
-            if self._now() - self._last_sweep >= self._sweep_interval_s:
-                # The turns are committed already; a failed sweep is retried next time.
-                self._last_sweep = self._now()
-                with contextlib.suppress(RuntimeError):  # shut down meanwhile
-                    self._executor.submit(self._sweep_quietly)
+        self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs))
+        if self._now() - self._last_sweep >= self._sweep_interval_s:
+            # The turns are committed already; a failed sweep is retried next time.
+            self._last_sweep = self._now()
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile
+                self._executor.submit(self._sweep_quietly)
         return results
 
     def _sweep_quietly(self) -> None:
@@ -395,45 +381,41 @@ class SqliteStore(search.Searchable):
 
         def job(db: sqlite3.Connection) -> None:
             now = self._now()
-
-            def write() -> None:
-                # An expired conversation that the sweep has not reached yet
-                # must not come back to life with its stale snapshots.
-                db.execute(
-                    "DELETE FROM conversations"
-                    " WHERE tenant = ? AND conversation = ? AND updated_at < ?",
-                    (key.tenant, key.conversation, self._cutoff()),
-                )
-                if turn.expected_turns is not None:
-                    row = db.execute(
-                        "SELECT turns FROM conversations WHERE tenant = ? AND conversation = ?",
-                        (key.tenant, key.conversation),
-                    ).fetchone()
-                    current = 0 if row is None else int(row[0])
-                    if current != turn.expected_turns:
-                        raise Conflict(
-                            f"{key.conversation} is at turn {current}, not {turn.expected_turns}"
-                        )
-                cid, turns = db.execute(
-                    UPSERT_CONVERSATION,
-                    (key.tenant, key.conversation, snap.head, snap.position, state, now),
-                ).fetchall()[0]
-                db.executemany(
-                    "INSERT OR IGNORE INTO messages (conversation_id, hash, parent, message)"
-                    " VALUES (?, ?, ?, ?)",
-                    [(cid, h, parent, message) for h, parent, message in entries],
-                )
-                _write_working(db, cid, turn, first, texts)
-                db.execute(
-                    UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
-                )
-                if turns > self._max_snapshots:  # one snapshot a turn: fewer need no pruning
-                    db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
-
-            write()
+            # An expired conversation that the sweep has not reached yet
+            # must not come back to life with its stale snapshots.
+            db.execute(
+                "DELETE FROM conversations"
+                " WHERE tenant = ? AND conversation = ? AND updated_at < ?",
+                (key.tenant, key.conversation, self._cutoff()),
+            )
+            if turn.expected_turns is not None:
+                row = db.execute(
+                    "SELECT turns FROM conversations WHERE tenant = ? AND conversation = ?",
+                    (key.tenant, key.conversation),
+                ).fetchone()
+                current = 0 if row is None else int(row[0])
+                if current != turn.expected_turns:
+                    raise Conflict(
+                        f"{key.conversation} is at turn {current}, not {turn.expected_turns}"
+                    )
+            cid, turns = db.execute(
+                UPSERT_CONVERSATION,
+                (key.tenant, key.conversation, snap.head, snap.position, state, now),
+            ).fetchall()[0]
+            db.executemany(
+                "INSERT OR IGNORE INTO messages (conversation_id, hash, parent, message)"
+                " VALUES (?, ?, ?, ?)",
+                [(cid, h, parent, message) for h, parent, message in entries],
+            )
+            _write_working(db, cid, turn, first, texts)
+            db.execute(
+                UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
+            )
+            if turns > self._max_snapshots:  # one snapshot a turn: fewer need no pruning
+                db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
 
         size = len(state) + sum(len(e[2]) for e in entries)
-        await self._batched(job, write=True, size=size)
+        await self._batched(job, size=size)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         heads = list(heads)
@@ -442,6 +424,8 @@ class SqliteStore(search.Searchable):
             # Scan from the end: the newest turn's head is usually the last
             # or second-to-last message, so one query settles it. A chunk
             # matches at most `max_snapshots` rows, so reading them whole is cheap.
+            # No read transaction: a commit landing between two chunks can only
+            # add a head this scan has passed, as if the scan had come first.
             for end, size in _chunks(len(heads)):
                 chunk = heads[max(0, end - size) : end]
                 marks = ",".join("?" * len(chunk))
@@ -456,15 +440,11 @@ class SqliteStore(search.Searchable):
 
         reader = self._reader
         if reader is None:  # an in-memory database exists on the worker's connection only
-            return await self._batched(job, write=False)
+            return await self._run(job)
         if self._closed:
             raise StoreError("the SQLite store is closed")
         try:
-            # One statement needs no transaction to see one state of the file;
-            # the rare longer scans read in one.
-            if len(heads) <= _FIRST_CHUNK:
-                return job(reader)
-            return _read(reader, lambda: job(reader))
+            return job(reader)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
 
@@ -579,7 +559,6 @@ class SqliteStore(search.Searchable):
 class _Job:
     job: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
-    write: bool
     size: int  # bytes of text written, which the WAL will hold until a checkpoint
 
 
@@ -683,8 +662,10 @@ def _rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: 
     return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
 
 
-def _write(db: sqlite3.Connection, body: Callable[[], T]) -> T:
-    db.execute("BEGIN IMMEDIATE")
+def _write(db: sqlite3.Connection, body: Callable[[], T], *, begun: bool = False) -> T:
+    """`body` in one write transaction (`begun`: the caller has opened it), undone on error."""
+    if not begun:
+        db.execute("BEGIN IMMEDIATE")
     try:
         result = body()
     except BaseException:
