@@ -265,22 +265,38 @@ def test_unknown_strategy_is_rejected() -> None:
         raise AssertionError("expected ValueError")
 
 
-@given(st.lists(st.integers(0, 50), max_size=30), st.data())
+def fewest_to_drop(sizes: list[int], active: int, keep: int) -> int:
+    """The eviction rule walked unit by unit: drop the oldest until the rest fits `keep`."""
+    total = sum(sizes)
+    for d in range(active + 1):
+        if total <= keep:
+            return d
+        if d < len(sizes):
+            total -= sizes[d]
+    return active
+
+
+@given(
+    st.lists(st.integers(0, 50), max_size=30), st.lists(st.integers(1, 4), max_size=30), st.data()
+)
 def test_the_tails_running_sums_choose_the_same_eviction(
-    sizes: list[int], data: st.DataObject
+    sizes: list[int], lengths: list[int], data: st.DataObject
 ) -> None:
-    from proxy.reduction.layout import keep_tokens_drop
     from proxy.reduction.tail import grouped_tail
 
-    tail = grouped_tail([user(f"{i}") for i in range(len(sizes))], count, repair=False)
+    n = min(len(sizes), len(lengths))
+    sizes, lengths = sizes[:n], lengths[:n]
+    tail = grouped_tail([user(f"{i}") for i in range(n)], count, repair=False)
     tail = dataclasses.replace(
         tail,
         sizes=tuple(sizes),
         token_sums=tuple(itertools.accumulate(sizes, initial=0)),
+        message_sums=tuple(itertools.accumulate(lengths, initial=0)),
     )
-    active = data.draw(st.integers(0, len(sizes)), label="active")
+    active = data.draw(st.integers(0, n), label="active")
     keep = data.draw(st.integers(0, 400), label="keep")
-    assert tail.keep_tokens_drop(active, keep) == keep_tokens_drop(sizes, active, keep)
+    assert tail.keep_tokens_drop(active, keep) == fewest_to_drop(sizes, active, keep)
+    assert tail.keep_messages_drop(active, keep % 40) == fewest_to_drop(lengths, active, keep % 40)
 
 
 @FAST

@@ -100,28 +100,6 @@ class Context:
         return sum(u.size for u in units)
 
 
-def keep_tokens_drop(sizes: Sequence[int], active: int, keep: int) -> int:
-    """Fewest leading units to drop so the rest fits `keep` tokens; never past `active`."""
-    total = sum(sizes)
-    for d in range(active + 1):
-        if total <= keep:
-            return d
-        if d < len(sizes):
-            total -= sizes[d]
-    return active
-
-
-def keep_messages_drop(units: Sequence[Unit], active: int, keep: int) -> int:
-    """Fewest leading units to drop so at most `keep` messages remain; never past `active`."""
-    total = sum(u.size for u in units)
-    for d in range(active + 1):
-        if total <= keep:
-            return d
-        if d < len(units):
-            total -= units[d].size
-    return active
-
-
 def finish(
     ctx: Context,
     *,
@@ -152,17 +130,12 @@ def finish(
     """
     found = set(kinds)
     head = ctx.head(blocks)
-    head_tokens = ctx.tokens(head)
+    cut = _Cut(ctx, head, ctx.tokens(head), found, fit, cut_kind, cut_to)
     suffix = _suffix(ctx, pieces, selected, mandatory)
     if suffix is not None:
-        lo, must = suffix
-        out, total, evicted = _finish_suffix(
-            ctx, lo, must, head, head_tokens, found, fit, cut_kind, cut_to
-        )
+        out, total, evicted = _finish_suffix(cut, *suffix)
     else:
-        out, total, evicted = _finish_general(
-            ctx, pieces, selected, mandatory, head, head_tokens, found, fit, cut_kind, cut_to
-        )
+        out, total, evicted = _finish_general(cut, pieces, selected, mandatory)
     dropped = skipped + (evicted if advance else 0)
     if not found - {"repaired"}:
         found.add("none")
@@ -213,85 +186,93 @@ def _suffix_of(indices: Iterable[int], n: int) -> int | None:
     return indices.start if indices.stop == n and indices.start >= 0 else None
 
 
-def _finish_suffix(
-    ctx: Context,
-    lo: int,
-    must: int,
-    head: list[Message],
-    head_tokens: int,
-    found: set[str],
-    fit: bool,
-    cut_kind: str,
-    cut_to: int | None,
-) -> tuple[list[Message], int, int]:
+@dataclass
+class _Cut:
+    """What both ways of finishing share: the head, the kinds found, and how to cut."""
+
+    ctx: Context
+    head: list[Message]
+    head_tokens: int
+    found: set[str]
+    fit: bool
+    kind: str
+    to: int | None
+
+    def over(self, total: int) -> bool:
+        return self.fit and total > self.ctx.budget.limit
+
+    def target(self) -> int:
+        """Tokens a cut brings the request down to: the head and `keep_recent` (hysteresis)."""
+        budget = self.ctx.budget
+        return min(
+            budget.limit, self.head_tokens + (budget.keep_recent if self.to is None else self.to)
+        )
+
+    def last_resort(
+        self, out: list[Message], movable: list[int], total: int
+    ) -> tuple[list[Message], int]:
+        """Truncate messages when cutting whole units was not enough."""
+        if not self.over(total):
+            return out, total
+        shortened, total = _last_resort(self.ctx, out, movable, len(self.head), total)
+        if shortened is not out:
+            self.found.add("truncated")
+        return shortened, total
+
+
+def _finish_suffix(cut: _Cut, lo: int, must: int) -> tuple[list[Message], int, int]:
     """`finish` for the units from `lo` on, in time independent of how many there are."""
-    budget, tail = ctx.budget, ctx.tail
+    tail = cut.ctx.tail
     n = len(tail.units)
-    total = head_tokens + tail.token_sums[n] - tail.token_sums[lo]
-    if fit and total > budget.limit:
-        keep = budget.keep_recent if cut_to is None else cut_to
-        target = min(budget.limit, head_tokens + keep)
+    total = cut.head_tokens + tail.token_sums[n] - tail.token_sums[lo]
+    if cut.over(total):
+        target = cut.target()
         while lo < must and total > target:
             total -= tail.sizes[lo]
             lo += 1
-            found.add(cut_kind)
-    out = [*head, *tail.forward[tail.forward_sums[lo] :]]
-    if fit and total > budget.limit:
-        first = len(head) + tail.forward_sums[must] - tail.forward_sums[lo]
-        shortened, total = _last_resort(ctx, out, list(range(first, len(out))), len(head), total)
-        if shortened is not out:
-            found.add("truncated")
-        out = shortened
+            cut.found.add(cut.kind)
+    out = [*cut.head, *tail.forward[tail.forward_sums[lo] :]]
+    first = len(cut.head) + tail.forward_sums[must] - tail.forward_sums[lo]
+    out, total = cut.last_resort(out, list(range(first, len(out))), total)
     if tail.repaired and tail.repaired[-1] >= lo:
-        found.add("repaired")
+        cut.found.add("repaired")
     return out, total, tail.message_sums[lo]
 
 
 def _finish_general(
-    ctx: Context,
+    cut: _Cut,
     pieces: Sequence[Unit] | None,
     selected: Iterable[int] | None,
     mandatory: Collection[int] | None,
-    head: list[Message],
-    head_tokens: int,
-    found: set[str],
-    fit: bool,
-    cut_kind: str,
-    cut_to: int | None,
 ) -> tuple[list[Message], int, int]:
-    budget = ctx.budget
+    ctx = cut.ctx
     units = ctx.units if pieces is None else tuple(pieces)
     sizes = ctx.sizes if pieces is None else tuple(ctx.tokens(p.forward) for p in units)
     must = set(range(ctx.active, len(units)) if mandatory is None else mandatory)
     chosen = sorted(set(range(len(units)) if selected is None else selected) | must)
 
-    total = head_tokens + sum(sizes[i] for i in chosen)
-    if fit and total > budget.limit:
-        keep = budget.keep_recent if cut_to is None else cut_to
-        target = min(budget.limit, head_tokens + keep)
+    total = cut.head_tokens + sum(sizes[i] for i in chosen)
+    if cut.over(total):
+        target = cut.target()
         for i in list(chosen):
             if total <= target:
                 break
             if i not in must:
                 chosen.remove(i)
                 total -= sizes[i]
-                found.add(cut_kind)
+                cut.found.add(cut.kind)
 
-    out = [*head]
+    out = [*cut.head]
     movable: list[int] = []
     for i in chosen:
         if i in must:
             movable.extend(range(len(out), len(out) + len(units[i].forward)))
         out.extend(units[i].forward)
-    if fit and total > budget.limit:
-        shortened, total = _last_resort(ctx, out, movable, len(head), total)
-        if shortened is not out:
-            found.add("truncated")
-        out = shortened
+    out, total = cut.last_resort(out, movable, total)
 
     first = chosen[0] if chosen else len(units)
     if any(units[i].repaired for i in chosen):
-        found.add("repaired")
+        cut.found.add("repaired")
     return out, total, sum(u.size for u in units[:first])
 
 

@@ -38,7 +38,7 @@ from dataclasses import replace
 from functools import partial
 
 from ..messages import Message
-from .layout import Context, finish, keep_messages_drop, summary_key
+from .layout import Context, finish, summary_key
 from .types import ContextTooLarge, Reduction, SummaryBlock, SummaryRequest
 
 
@@ -57,7 +57,7 @@ def reduce_summarize(ctx: Context) -> Reduction:
     if by_tokens:
         drop = ctx.tail.keep_tokens_drop(ctx.active, budget.keep_recent)
     if by_count:
-        drop = max(drop, keep_messages_drop(ctx.units, ctx.active, budget.target_messages))
+        drop = max(drop, ctx.tail.keep_messages_drop(ctx.active, budget.target_messages))
     previous = tuple(b.text for b in blocks) if policy.single_summary else ()
     if drop == 0:
         under = finish(ctx, blocks=blocks, kinds=reused, reason="under threshold")

@@ -49,8 +49,12 @@ class Tail:
     keys: dict[tuple[str, ...], tuple[int, Any]] = field(default_factory=dict, repr=False)
 
     def keep_tokens_drop(self, active: int, keep: int) -> int:
-        """`layout.keep_tokens_drop(self.sizes, active, keep)` by bisection of the running sums."""
-        return min(active, bisect.bisect_left(self.token_sums, self.token_sums[-1] - keep))
+        """Fewest leading units to drop so the rest fits `keep` tokens; never past `active`."""
+        return _keep_drop(self.token_sums, active, keep)
+
+    def keep_messages_drop(self, active: int, keep: int) -> int:
+        """Fewest leading units to drop so at most `keep` messages remain; never past `active`."""
+        return _keep_drop(self.message_sums, active, keep)
 
     def evicted_messages(self, units: int) -> tuple[Message, ...]:
         """The client messages of the first `units` units (what evicting them removes)."""
@@ -97,6 +101,11 @@ class Tail:
             forward_sums=tuple(f - forwards for f in self.forward_sums[at:]),
             repaired=tuple(r - at for r in self.repaired if r >= at),
         )
+
+
+def _keep_drop(sums: Sequence[int], active: int, keep: int) -> int:
+    """The first d with `sums[-1] - sums[d] <= keep`, at most `active`: a bisection, not a walk."""
+    return min(active, bisect.bisect_left(sums, sums[-1] - keep))
 
 
 def key_start(previous: Iterable[str]) -> Any:

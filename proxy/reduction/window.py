@@ -14,7 +14,7 @@ between two cuts the forwarded request only grows at its end.
 
 from __future__ import annotations
 
-from .layout import Context, finish, keep_messages_drop
+from .layout import Context, finish
 from .types import Reduction
 
 
@@ -35,7 +35,7 @@ def reduce_messages(ctx: Context) -> Reduction:
     limit = budget.target_messages + budget.threshold_messages
     if count <= limit:
         return finish(ctx, blocks=ctx.state.summaries, kinds=_reused(ctx))
-    drop = keep_messages_drop(ctx.units, ctx.active, budget.target_messages)
+    drop = ctx.tail.keep_messages_drop(ctx.active, budget.target_messages)
     return finish(
         ctx,
         blocks=ctx.state.summaries,
