@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hmac
 import logging
 import time
@@ -550,7 +551,13 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
     """Store the completed turn; in append mode, rebase onto turns other replicas committed."""
     for _ in range(MAX_REBASES):
         try:
-            await ctx.store.commit(turn_commit(outcome, answer, time.time()))
+            turn = turn_commit(outcome, answer, time.time())
+            # A full-history turn need not be written before the answer goes
+            # out: the store answers this process's next lookup from memory.
+            # An append-mode turn may conflict, so it is awaited.
+            written = await ctx.store.commit(turn, wait=turn.expected_turns is not None)
+            if written is not None:
+                written.add_done_callback(functools.partial(_written, ctx, outcome))
             prepare_next(ctx, outcome)
             embed_next(ctx, outcome)
             return
@@ -568,6 +575,14 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
             return
     ctx.metrics.store_errors.labels("commit").inc()
     log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
+
+
+def _written(ctx: AppContext, outcome: Outcome, done: asyncio.Future[Any]) -> None:
+    """A turn written after its answer went out: a failure can only be counted and logged."""
+    error = None if done.cancelled() else done.exception()
+    if done.cancelled() or error is not None:
+        ctx.metrics.store_errors.labels("commit").inc()
+        log.error("could not store turn of %s: %s", outcome.key.conversation, error or "cancelled")
 
 
 def prepare_next(ctx: AppContext, outcome: Outcome) -> None:

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
-from proxy.store import ConvKey, MemoryStore, StoreError
+from proxy.store import ConvKey, MemoryStore, StoreError, TurnCommit
 
 from .factories import user
 from .fake_upstream import create_fake_upstream
@@ -254,6 +254,41 @@ def test_store_down_full_mode_serves_append_mode_503_health_reports_it() -> None
         assert health.status_code == 503 and health.json()["store"] == "unreachable"
         metrics = client.get("/metrics").text
         assert 'context_proxy_store_errors_total{operation="find_snapshot"} 1.0' in metrics
+
+
+class LateFailingStore(MemoryStore):
+    """Queues full-history turns (as the SQLite store does) and then fails to write them."""
+
+    async def commit(self, turn: TurnCommit, *, wait: bool = True) -> asyncio.Future[Any] | None:
+        if wait:
+            await super().commit(turn)
+            return None
+        written: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(
+            written.set_exception, StoreError("database is locked")
+        )
+        return written
+
+
+def test_a_turn_that_fails_to_be_written_after_the_answer_is_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    upstream = create_fake_upstream()
+    settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1"})
+    app = create_app(
+        settings, transport=httpx.ASGITransport(upstream.app), store=LateFailingStore(ttl_s=60)
+    )
+    with TestClient(app) as client, caplog.at_level(logging.ERROR, "context_proxy.chat"):
+        r = client.post(
+            "/v1/chat/completions", json=ok_body(), headers={**AUTH, "x-conversation-id": "late"}
+        )
+        assert r.status_code == 200
+        metrics = client.get("/metrics").text
+    assert 'context_proxy_store_errors_total{operation="commit"} 1.0' in metrics
+    assert any(
+        "could not store turn of late" in rec.getMessage() and "locked" in rec.getMessage()
+        for rec in caplog.records
+    )
 
 
 def test_metrics_count_requests_reductions_and_tokens(

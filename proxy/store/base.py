@@ -15,6 +15,7 @@ Redis can give it with MULTI/EXEC as SQLite does with a transaction.
 
 from __future__ import annotations
 
+from asyncio import Future
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -157,11 +158,15 @@ class TurnCommit:
 class Store(Protocol):
     """Persistence for conversations. All methods are safe to call concurrently."""
 
-    async def commit(self, turn: TurnCommit) -> None:
+    async def commit(self, turn: TurnCommit, *, wait: bool = True) -> Future[Any] | None:
         """Archive new messages, record the snapshot and move the conversation's head, atomically.
 
         Archive entries already stored (same chain hash) are ignored. Only the
         newest `max_snapshots` snapshots of the conversation are kept.
+        With `wait=False` a backend may return before the turn is written,
+        with a future that completes when it is (or fails with `StoreError`);
+        this process's `find_snapshot` sees the turn at once, and its other
+        reads after it is written. Returns None once the turn is written.
         """
         ...
 

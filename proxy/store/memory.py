@@ -75,7 +75,7 @@ class MemoryStore(Searchable):
         )
         self._search = ArchiveSearch(max_conversations)
 
-    async def commit(self, turn: TurnCommit) -> None:
+    async def commit(self, turn: TurnCommit, *, wait: bool = True) -> None:
         # Serialise everything before touching the record, so a value orjson
         # rejects leaves the store exactly as it was. Kept as str: the bytes
         # orjson returns hold on to a 4 KB buffer each, whatever their length

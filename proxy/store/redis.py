@@ -127,7 +127,7 @@ class RedisStore(Searchable):
         updated = cast("str | None", await self._redis.hget(self._keys(key)[0], "updated_at"))
         return updated is not None and float(updated) >= self._cutoff()
 
-    async def commit(self, turn: TurnCommit) -> None:
+    async def commit(self, turn: TurnCommit, *, wait: bool = True) -> None:
         snap = turn.snapshot
         keys = [
             *self._keys(turn.key),

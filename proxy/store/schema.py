@@ -115,7 +115,38 @@ def m003_working_rows(db: sqlite3.Connection) -> None:
     db.execute("UPDATE conversations SET working = '[]'")
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_message_search, m003_working_rows]
+def m004_change_counter(db: sqlite3.Connection) -> None:
+    """A number that every change to a snapshot, or deletion of a conversation, moves.
+
+    A process keeps the snapshots it committed in memory and answers its own
+    next turns from there; reading this one row tells it whether anyone else
+    (another replica, the admin API on the worker, the expiry sweep) changed
+    snapshots since, whatever version of the code they run: the triggers
+    live in the file.
+    """
+    db.execute(
+        "CREATE TABLE change_counter"
+        " (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL)"
+    )
+    db.execute("INSERT INTO change_counter (id, value) VALUES (1, 0)")
+    for table, event in (
+        ("snapshots", "INSERT"),
+        ("snapshots", "UPDATE"),
+        ("snapshots", "DELETE"),
+        ("conversations", "DELETE"),
+    ):
+        db.execute(
+            f"CREATE TRIGGER {table}_{event.lower()}_count AFTER {event} ON {table} BEGIN"
+            " UPDATE change_counter SET value = value + 1 WHERE id = 1; END"
+        )
+
+
+MIGRATIONS: list[Migration] = [
+    m001_initial,
+    m002_message_search,
+    m003_working_rows,
+    m004_change_counter,
+]
 
 
 def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -> list[str]:
@@ -169,6 +200,8 @@ SELECT_SNAPSHOTS = """
     FROM conversations c JOIN snapshots s ON s.conversation_id = c.id
     WHERE c.tenant = ? AND c.conversation = ? AND c.updated_at >= ?
 """
+
+CHANGES = "SELECT value FROM change_counter WHERE id = 1"
 
 DELETE_IDLE = "DELETE FROM conversations WHERE updated_at < ?"
 

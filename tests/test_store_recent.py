@@ -1,0 +1,219 @@
+"""The SQLite store's memory of its own recent turns, and turns written after the answer.
+
+A process answers its next lookup from the snapshots it committed (queued
+ones included), so a full-history turn is written after its response. These
+tests hold it to the file: whatever another writer did, a lookup returns
+what the file would once this process's queued turns are in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import proxy.store.sqlite as sqlite_store
+from proxy.messages import Message, chain_hashes
+from proxy.store import SqliteStore, StoreError
+from tests.factories import system, user
+from tests.test_store import ALICE, history, turn
+
+
+def stored_heads(path: Path) -> set[str]:
+    """The snapshot heads in the file, read by a connection of its own (another process)."""
+    db = sqlite3.connect(path)
+    try:
+        return {head for (head,) in db.execute("SELECT head FROM snapshots")}
+    finally:
+        db.close()
+
+
+def request(turns: int) -> list[Message]:
+    """The request of turn `turns + 1` in the `history` conversation."""
+    return [*history(turns), user(f"question {turns}")]
+
+
+@pytest.mark.asyncio
+async def test_a_queued_turn_is_found_before_it_is_written_and_written_soon_after(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "queued.db"
+    store = SqliteStore(str(path))
+    await store.commit(turn(ALICE, request(0)))
+    second = turn(ALICE, request(1))
+    written = await store.commit(second, wait=False)
+    assert written is not None and not written.done()
+    assert second.snapshot.head not in stored_heads(path)
+
+    found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
+
+    assert found is not None and found.head == second.snapshot.head
+    assert found.state == second.snapshot.state
+    await asyncio.wait_for(written, timeout=5)
+    assert second.snapshot.head in stored_heads(path)
+    await store.close()
+
+
+@pytest.mark.asyncio
+async def test_reads_and_close_wait_for_queued_turns(tmp_path: Path) -> None:
+    path = tmp_path / "flush.db"
+    store = SqliteStore(str(path))
+    await store.commit(turn(ALICE, request(0)), wait=False)
+    latest = await store.latest(ALICE)  # read on the worker: after the queued write
+    assert latest is not None and latest.turns == 1
+    await store.commit(turn(ALICE, request(1)), wait=False)
+    await store.close()  # writes the queued turn first
+
+    reopened = SqliteStore(str(path))
+    latest = await reopened.latest(ALICE)
+    await reopened.close()
+    assert latest is not None and latest.turns == 2
+
+
+@pytest.mark.asyncio
+async def test_another_writers_turns_are_seen_through_the_change_counter(
+    tmp_path: Path,
+) -> None:
+    """Two replicas on one file: neither answers from a memory the other made stale."""
+    path = str(tmp_path / "replicas.db")
+    a, b = SqliteStore(path), SqliteStore(path)
+    await a.commit(turn(ALICE, request(0)))
+    await a.commit(turn(ALICE, request(1)))
+    third = turn(ALICE, request(2))
+    await b.commit(third)  # the load balancer sent turn 3 to the other replica
+
+    found = await a.find_snapshot(ALICE, chain_hashes(request(3)))
+    assert found is not None and found.head == third.snapshot.head
+
+    await b.delete(ALICE)
+    assert await a.find_snapshot(ALICE, chain_hashes(request(3))) is None
+    await a.close()
+    await b.close()
+
+
+@pytest.mark.asyncio
+async def test_a_queued_turn_that_cannot_be_written_is_forgotten(tmp_path: Path) -> None:
+    path = tmp_path / "stuck.db"
+    store = SqliteStore(str(path), busy_timeout_s=0.2)
+    first = turn(ALICE, request(0))
+    await store.commit(first)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock too long
+    try:
+        written = await store.commit(turn(ALICE, request(1)), wait=False)
+        assert written is not None
+        with pytest.raises(StoreError, match="locked"):
+            await asyncio.wait_for(written, timeout=5)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+    found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
+    await store.close()
+    assert found is not None and found.head == first.snapshot.head
+
+
+@pytest.mark.asyncio
+async def test_a_forgotten_snapshot_later_in_the_history_wins_over_a_remembered_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memory holds the newest turns; the file's answer is the longest matching prefix."""
+    monkeypatch.setattr(sqlite_store, "RECENT_SNAPSHOTS", 2)
+    store = SqliteStore(str(tmp_path / "branches.db"))
+    first = turn(ALICE, request(0))
+    await store.commit(first)
+    long = turn(ALICE, [*first.working, user("the long branch")])
+    await store.commit(long)
+    await store.commit(turn(ALICE, [*first.working, user("a regeneration")]))
+    await store.commit(first)  # the first turn again: remembered now, `long` is not
+
+    found = await store.find_snapshot(ALICE, chain_hashes([*long.working, user("next")]))
+    await store.close()
+    assert found is not None and found.head == long.snapshot.head
+
+
+# A conversation as a tree: each step commits a turn that extends one of the
+# requests seen so far (a regeneration when it is not the newest), by this
+# replica or another one, waiting for the write or not; lookups use any
+# request or an extension of one.
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["commit", "commit", "other", "find"]),
+        st.integers(min_value=0, max_value=1_000),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=STEPS)
+def test_lookups_match_the_file_whatever_the_order_of_turns_and_writers(
+    steps: list[tuple[str, int, bool]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = str(tmp_path_factory.mktemp("recent") / "tree.db")
+
+    async def play() -> None:
+        # Fewer snapshots remembered than kept, so some lookups must use the file.
+        here = SqliteStore(path, max_snapshots=4)
+        other, truth = SqliteStore(path, max_snapshots=4), SqliteStore(path, max_snapshots=4)
+        requests: list[list[Message]] = [[system(), user("start")]]
+        try:
+            for step, (action, pick, wait) in enumerate(steps):
+                base = requests[pick % len(requests)]
+                if action == "find":
+                    incoming = [*base, user(f"more {step}")] if wait else base
+                    found = await here.find_snapshot(ALICE, chain_hashes(incoming))
+                    await asyncio.gather(*list(here._unwritten))
+                    # `truth` never commits: it answers from the file alone.
+                    expected = await truth.find_snapshot(ALICE, chain_hashes(incoming))
+                    assert (found and found.head) == (expected and expected.head)
+                    assert (found and found.state) == (expected and expected.state)
+                    continue
+                committed = turn(ALICE, base, state={"step": step})
+                if action == "other":
+                    await asyncio.gather(*list(here._unwritten))
+                    await other.commit(committed)
+                else:
+                    await here.commit(committed, wait=wait)
+                requests.append([*committed.working, user(f"question {step}")])
+        finally:
+            for store in (here, other, truth):
+                await store.close()
+
+    original = sqlite_store.RECENT_SNAPSHOTS
+    sqlite_store.RECENT_SNAPSHOTS = 2
+    try:
+        asyncio.run(play())
+    finally:
+        sqlite_store.RECENT_SNAPSHOTS = original
+
+
+def test_the_change_counter_moves_with_every_snapshot_change(tmp_path: Path) -> None:
+    """The triggers live in the file, so a writer running any code version moves it."""
+    path = tmp_path / "counter.db"
+    asyncio.run(SqliteStore(str(path)).close())  # creates the schema
+    db = sqlite3.connect(path, isolation_level=None)
+
+    def counter() -> int:
+        return int(db.execute("SELECT value FROM change_counter").fetchone()[0])
+
+    start = counter()
+    db.execute(
+        "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
+        " turns, created_at, updated_at) VALUES ('t', 'c', 'h', 1, '{}', '[]', 1, 0, 0)"
+    )
+    cid = db.execute("SELECT id FROM conversations").fetchone()[0]
+    db.execute("INSERT INTO snapshots VALUES (?, 'h', 1, '{}', 0, 1)", (cid,))
+    after_insert = counter()
+    db.execute("UPDATE snapshots SET state = '{\"x\": 1}'")
+    after_update = counter()
+    db.execute("DELETE FROM conversations")  # cascades to the snapshot
+    after_delete = counter()
+    db.close()
+    assert start < after_insert < after_update < after_delete
