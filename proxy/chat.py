@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hmac
 import logging
+import operator
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from .context import AppContext
 from .embeddings import Embedder, EmbeddingsUnavailable, embed_pending
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .known import Known, prefix_of, resent
+from .known import Bounds, Known, locate, remember, resent
 from .messages import (
     Message,
     chain_hashes,
@@ -67,7 +68,7 @@ async def chat_completions(request: Request) -> Response:
     started = time.perf_counter()
     check_content_type(request.headers.get("content-type"))
     body = await read_body(request, ctx.settings.server.max_body_bytes)
-    resend = Resend(ctx, request.headers)
+    resend = Resend(ctx, request.headers, body)
     payload = parse_chat(body, resend)
     api_key = authorize(ctx, request)
     if ctx.recorder is not None:
@@ -407,17 +408,19 @@ class Resend:
     from) means "nothing known", and the request is handled in full.
     """
 
-    def __init__(self, ctx: AppContext, headers: Mapping[str, str]) -> None:
+    def __init__(self, ctx: AppContext, headers: Mapping[str, str], body: bytes) -> None:
         self.ctx = ctx
         self.headers = headers
+        self.body = body
         self.key: ConvKey | None = None
         self.known: Known | None = None
-        self.raw = b""
+        self.bounds: Bounds | None = None
         self.count = 0
 
-    def __call__(self, messages: list[Message]) -> int:
+    def __call__(self, payload: dict[str, Any]) -> int:
         if self.headers.get("x-context-mode", "full").strip().lower() != "full":
             return 0
+        messages: list[Message] = payload["messages"]
         for message in messages:
             if not isinstance(message, dict):
                 return 0
@@ -426,12 +429,12 @@ class Resend:
         try:
             tenant = conv.tenant_of(bearer_token(self.headers))
             ident = conv.identify(tenant, self.headers.get("x-conversation-id"), messages)
-            self.raw = orjson.dumps(messages)
-        except (ProxyError, orjson.JSONEncodeError):
+        except ProxyError:
             return 0
         self.key = ConvKey(ident.tenant, ident.conversation)
         self.known = self.ctx.known.get(self.key)
-        self.count = resent(self.known, messages, self.raw)
+        self.bounds = locate(self.body, payload, self.known)
+        self.count = resent(self.known, messages, self.body, self.bounds)
         return self.count
 
     def of(self, key: ConvKey) -> Resend | None:
@@ -459,11 +462,13 @@ def _known(
     """This request, remembered for the next one; its tail as the next turn will start it."""
     tail = reduction.tail
     moved = reduction.state.tail_start - turn.working.state.tail_start
-    prefix_len, prefix_digest = prefix_of(resend.raw)
+    prefix_len, prefix_digest, suffix_len, suffix_digest = remember(resend.body, resend.bounds)
     return Known(
         messages=tuple(messages),
         prefix_len=prefix_len,
         prefix_digest=prefix_digest,
+        suffix_len=suffix_len,
+        suffix_digest=suffix_digest,
         digests=tuple(digests),
         hashes=tuple(hashes),
         model=model,
@@ -496,7 +501,7 @@ def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Messag
     the same objects, so this is a pointer comparison per message.
     """
     sent = payload["messages"]
-    if len(messages) == len(sent) and all(a is b for a, b in zip(messages, sent, strict=True)):
+    if len(messages) == len(sent) and all(map(operator.is_, messages, sent)):
         return body
     return orjson.dumps({**payload, "messages": list(messages)})
 

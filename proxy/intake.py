@@ -40,10 +40,10 @@ def too_large(limit: int) -> ProxyError:
     )
 
 
-def parse_chat(body: bytes, known: Callable[[list[Message]], int] | None = None) -> dict[str, Any]:
+def parse_chat(body: bytes, known: Callable[[dict[str, Any]], int] | None = None) -> dict[str, Any]:
     """The chat request as a dict, or a 400 saying what is wrong.
 
-    `known(messages)` says how many leading messages were checked before (a
+    `known(payload)` says how many leading messages were checked before (a
     history resent unchanged, see `known.py`); only the rest are checked.
     """
     if not body.strip():
@@ -64,7 +64,7 @@ def parse_chat(body: bytes, known: Callable[[list[Message]], int] | None = None)
         raise ProxyError(
             400, "'messages' is required and must be a non-empty array.", param="messages"
         )
-    for i in range(known(messages) if known is not None else 0, len(messages)):
+    for i in range(known(payload) if known is not None else 0, len(messages)):
         check_message(messages[i], f"messages[{i}]")
     for key in ("max_tokens", "max_completion_tokens"):
         value = payload.get(key)

@@ -16,12 +16,14 @@ import httpx
 import orjson
 import pytest
 import respx
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
-from proxy.known import Known, prefix_of, resent
+from proxy.known import Known, locate, remember, resent
 from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
 from proxy.store.schema import m001_initial, m002_message_search, migrate
 
@@ -169,33 +171,120 @@ async def test_a_working_history_stored_as_one_json_text_is_migrated_to_rows(
     assert latest is not None and latest.working == working
 
 
-def remembered(messages: list[dict[str, Any]]) -> Known:
-    n = len(messages)
-    length, digest = prefix_of(orjson.dumps(messages))
-    return Known(tuple(messages), length, digest, (b"",) * n, ("",) * n, "m", (0,) * n)
+def request(messages: list[dict[str, Any]], *, spaced: bool = False, **extra: Any) -> bytes:
+    """A body as a client sends it: compact (orjson, httpx) or spaced (json.dumps, the SDK)."""
+    payload = {"model": "m", "messages": messages, **extra}
+    return json.dumps(payload).encode() if spaced else orjson.dumps(payload)
+
+
+def check(body: bytes, known: Known | None = None) -> tuple[list[dict[str, Any]], int]:
+    """What the proxy does with a body: parse, locate the messages, recognise the resent ones."""
+    payload = orjson.loads(body)
+    messages = payload["messages"]
+    return messages, resent(known, messages, body, locate(body, payload, known))
+
+
+def remembered(body: bytes, messages: list[dict[str, Any]] | None = None) -> Known:
+    """The proxy's memory of a request; `messages` are the objects it keeps (parsed if None)."""
+    payload = orjson.loads(body)
+    kept = messages if messages is not None else payload["messages"]
+    n = len(kept)
+    prefix, digest, suffix, suffix_digest = remember(body, locate(body, payload))
+    return Known(
+        tuple(kept),
+        prefix,
+        digest,
+        (b"",) * n,
+        ("",) * n,
+        "m",
+        (0,) * n,
+        suffix_len=suffix,
+        suffix_digest=suffix_digest,
+    )
 
 
 def test_a_resent_prefix_is_recognised_and_its_objects_reused() -> None:
     old = [system("s"), user("q"), assistant("a")]
-    known = remembered(old)
-    new = [system("s"), user("q"), assistant("a"), user("next")]
-    assert resent(known, new, orjson.dumps(new)) == 3
+    known = remembered(request(old), old)
+    new, count = check(request([*old, user("next")]))
+    assert count == 0  # nothing remembered yet
+    new, count = check(request([*old, user("next")]), known)
+    assert count == 3
     assert all(a is b for a, b in zip(new, old, strict=False)) and new[3] == user("next")
 
 
+@pytest.mark.parametrize("spaced", [False, True])
+def test_the_sdks_body_with_tools_after_the_messages_is_recognised(spaced: bool) -> None:
+    """The openai SDK sends `messages` first and `tools`, `stream` after: `]` in plenty."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"required": ["a]"]}}}]
+    old = [system("s"), user("look ] here"), assistant("a [x]")]
+    first = request(old, spaced=spaced, tools=tools, stream=True)
+    known = remembered(first, old)
+    later = request([*old, user("next ]")], spaced=spaced, tools=tools, stream=True)
+    new, count = check(later, known)
+    assert count == 3 and all(a is b for a, b in zip(new, old, strict=False))
+    # The same request again (a retry) is all resent.
+    assert check(first, known)[1] == 3
+
+
 def test_an_edit_or_regeneration_reuses_only_the_common_part() -> None:
-    known = remembered([system("s"), user("q"), assistant("a"), user("q2")])
-    regenerated = [system("s"), user("q"), assistant("a"), user("other")]
-    assert resent(known, regenerated, orjson.dumps(regenerated)) == 3
-    edited = [system("s"), user("changed"), assistant("a")]
-    assert resent(known, edited, orjson.dumps(edited)) == 1
+    known = remembered(request([system("s"), user("q"), assistant("a"), user("q2")]))
+    assert check(request([system("s"), user("q"), assistant("a"), user("other")]), known)[1] == 3
+    assert check(request([system("s"), user("changed"), assistant("a")]), known)[1] == 1
+
+
+def test_a_second_messages_key_is_never_taken_for_a_resent_history() -> None:
+    old = [system("s"), user("q")]
+    known = remembered(request(old))
+    # The prefix up to `q` is the same bytes, but the list that counts is the last one.
+    others = [user("x"), user("y"), user("z")]
+    body = request(old)[:-1] + b',"messages":' + orjson.dumps(others) + b"}"
+    messages, count = check(body, known)
+    assert messages == others and count == 0
+
+
+@given(
+    messages=st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=30)}
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    before=st.dictionaries(st.sampled_from(["model", "user", "n"]), st.text(max_size=8)),
+    after=st.dictionaries(
+        st.sampled_from(["stop", "tools", "stream", "seed"]),
+        st.recursive(
+            st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+    ),
+    spaced=st.booleans(),
+)
+def test_the_message_list_is_located_in_any_body(
+    messages: list[dict[str, Any]], before: dict[str, Any], after: dict[str, Any], spaced: bool
+) -> None:
+    payload = {**before, "messages": messages, **after}
+    body = json.dumps(payload).encode() if spaced else orjson.dumps(payload)
+    parsed = orjson.loads(body)
+    bounds = locate(body, parsed)
+    assert bounds is not None
+    assert body[bounds.close] == ord("]") and body[bounds.end - 1] == ord("}")
+    # Everything up to the list's `]`, closed, is the same request without the later keys.
+    assert orjson.loads(body[: bounds.close + 1] + b"}") == {**before, "messages": messages}
+    # And the body from there on is exactly those later keys.
+    assert orjson.loads(b"{" + body[bounds.close + 1 :].strip().lstrip(b",")) == after
 
 
 def test_equal_values_in_another_json_form_are_not_taken_for_the_same_message() -> None:
-    known = remembered([user("q") | {"n": 1}, assistant("a")])
+    known = remembered(request([user("q") | {"n": 1}, assistant("a")]))
     for variant in ({"n": True}, {"n": 1.0}):
-        new = [user("q") | variant, assistant("a"), user("next")]
-        assert resent(known, new, orjson.dumps(new)) == 0
-        assert new[0]["n"] is variant["n"]
+        new, count = check(request([user("q") | variant, assistant("a"), user("next")]), known)
+        assert count == 0 and new[0]["n"] == variant["n"]
+        assert type(new[0]["n"]) is type(variant["n"])
     reordered = [{"content": "q", "role": "user", "n": 1}, assistant("a")]
-    assert resent(known, reordered, orjson.dumps(reordered)) == 0
+    assert check(request(reordered), known)[1] == 0
