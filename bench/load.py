@@ -54,14 +54,18 @@ class RunResult:
 
 
 async def _post(
-    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    label: str = "",
 ) -> tuple[int, str]:
     async with session.post(url, data=body, headers=headers) as resp:
         if resp.status != 200:  # say why, once per kind: a failed run must be explainable
             text = (await resp.read())[:300].decode(errors="replace")
             if (resp.status, text) not in _REPORTED:
                 _REPORTED.add((resp.status, text))
-                print(f"bench: {url} answered {resp.status}: {text}", file=sys.stderr)
+                print(f"bench: {label or url} answered {resp.status}: {text}", file=sys.stderr)
         async for _ in resp.content.iter_any():
             pass
         return resp.status, resp.headers.get("x-context-reduction", "")
@@ -97,7 +101,8 @@ async def load(
         # Off the clock: opens the connections and each worker's first
         # conversation (for `steady`, the turn that makes the first summary).
         first = [{**base, "x-conversation-id": conversation(w, 0)} for w in range(concurrency)]
-        await asyncio.gather(*(_post(session, url, template.opening(), h) for h in first))
+        label = server.name if server is not None else url
+        await asyncio.gather(*(_post(session, url, template.opening(), h, label) for h in first))
         remaining = max_requests
         deadline = time.perf_counter() + duration_s
 
@@ -117,7 +122,7 @@ async def load(
                 body = template.body(grown)
                 t0 = time.perf_counter()
                 try:
-                    status, reduction = await _post(session, url, body, headers)
+                    status, reduction = await _post(session, url, body, headers, label)
                 except (aiohttp.ClientError, TimeoutError):
                     errors += 1
                     continue

@@ -125,7 +125,7 @@ async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
 async def test_sqlite_commit_waits_for_another_writer_without_blocking_the_loop(
     tmp_path: Path,
 ) -> None:
-    """Turns are written from the loop's thread, but a locked file is waited for elsewhere."""
+    """Turns are written from the loop's thread; a locked file is tried again, the loop runs on."""
     path = tmp_path / "locked.db"
     store = SqliteStore(str(path), busy_timeout_s=5.0)
     await store.commit(turn(ALICE, [system(), user("first")]))

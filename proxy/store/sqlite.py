@@ -1,12 +1,12 @@
 """The embedded default store: one SQLite file, survives restarts, no server to run.
 
 Turns (`commit`) are written from the event loop's thread, grouped: the
-turns that arrive before a group runs share one transaction, each in its
-own savepoint. A group takes a fraction of a millisecond, and handing it to
-a thread cost more (see `_drain_here`). The loop never waits on another
-process's write lock, though: its connection does not wait, and a group
-that finds the file locked goes to the worker thread, whose connection
-does. The worker also runs everything else that may be slow (listings,
+turns that arrive before a group runs share one transaction (one savepoint
+each only if one fails). A group takes a fraction of a millisecond, and
+handing it to a thread cost more (see `_drain_here`). The loop never waits
+on another connection's write lock, though: its connection does not wait,
+and a group that finds the file locked is tried again a few milliseconds
+later, until the busy timeout. A worker thread runs what may be slow (listings,
 deletes, search indexing, the expiry sweep). The lookup every full-history
 request makes first (`find_snapshot`) runs on the loop's thread too, on a
 read-only connection of its own: a few indexed reads that WAL never makes
@@ -94,6 +94,15 @@ PAGES_PER_JOB = 12
 CHECKPOINT_EVERY_S = 1.0
 # A WAL this long (8 MB) is started over by a checkpoint that waits for writers.
 WAL_RESTART_PAGES = 2 * CHECKPOINT_PAGES
+# A checkpoint that starts the WAL over waits this long at most for the readers
+# still in it, holding writers off meanwhile; with the connection's own 5 s busy
+# timeout, one held them 5.4 s under steady lookups (measured). It is tried
+# again after the next writes.
+RESTART_WAIT_MS = 1000
+# Text a group written from the loop holds at most (one turn may exceed it).
+GROUP_BYTES = 1 << 20
+# While another connection holds the write lock, the loop tries again this often.
+LOCK_RETRY_S = 0.005
 # After a checkpoint resets it, the WAL file is truncated to this size.
 WAL_SIZE_LIMIT = 64 << 20
 # This process's own recent turns, kept to answer `find_snapshot` without the
@@ -135,7 +144,7 @@ class SqliteStore(search.Searchable):
         self._queue_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
         self._here: sqlite3.Connection | None = None  # writes from the event loop's thread
-        self._patient = False  # a group waits on the worker for another process's lock
+        self._locked_since: float | None = None  # the loop's groups wait for another's lock
         self._file = path != ":memory:" and not path.startswith("file:")
         self._checkpointer = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="store-sqlite-checkpoint"
@@ -256,8 +265,12 @@ class SqliteStore(search.Searchable):
                 # Under steady load a concurrent checkpoint never finishes before
                 # the next turn appends, so the WAL would never start over; this
                 # one waits for the writer of the moment and holds the next ones
-                # (the loop's groups go to the worker meanwhile) until it has.
-                db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                # (the loop's groups stay queued meanwhile) until it has.
+                db.execute(f"PRAGMA busy_timeout = {RESTART_WAIT_MS}")
+                try:
+                    db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                finally:
+                    db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
         except sqlite3.Error as exc:  # retried after the next write
             log.warning("SQLite checkpoint failed: %s", exc)
         finally:
@@ -280,7 +293,7 @@ class SqliteStore(search.Searchable):
         with self._queue_lock:
             self._queue.append(_Job(job, future, size))
             first = len(self._queue) == 1
-            here = self._here is not None and not self._patient
+            here = self._here is not None
         if first:
             if here:
                 loop.call_soon(self._drain_here, loop)
@@ -289,39 +302,48 @@ class SqliteStore(search.Searchable):
         return future
 
     def _drain_here(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the event loop's thread: run the queued jobs unless the file's write lock is taken.
+        """On the event loop's thread: run the next group of queued jobs, unless the file is locked.
 
         A group takes 0.1-0.3 ms here, while handing it to a thread and
         back cost more CPU than the SQL (the GIL changes hands at every
         statement): 15 % fewer CPU ms per request at 32 concurrent
-        requests, measured. The loop never waits for the lock, though:
-        this connection's busy timeout is 0, and when another process
-        holds the lock the group goes to the worker, whose connection
-        waits, and so do the groups after it, in order, until it is done.
+        requests, measured. A group is at most about GROUP_BYTES of text,
+        so the loop is never held for long (the first turns of 31 long
+        conversations, 12 MB, held it 121 ms). The loop never waits for the
+        write lock: this connection's busy timeout is 0, and while another
+        connection holds the lock (a checkpoint starting the WAL over,
+        another process) the group is tried again every LOCK_RETRY_S,
+        in order, and fails after the store's busy timeout. Turns written
+        after their answer (the usual case) only queue up meanwhile; a
+        thread waiting on the lock instead (as before) took 0.6 s a group
+        under load, each statement waiting for the GIL.
         """
         db = self._here
-        with self._queue_lock:
-            jobs = [] if self._patient else self._queue
-            if not self._patient:
-                self._queue = []
-        if not jobs:  # an earlier group went to the worker: keep the order
-            self._executor.submit(self._drain, loop)
+        jobs = _first_bytes(self._queue, GROUP_BYTES)
+        del self._queue[: len(jobs)]
+        if not jobs:
             return
         if db is None or self._closed:
             _settle(jobs, [(False, sqlite3.ProgrammingError("the store is closed"))] * len(jobs))
             return
         try:
             db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:  # locked by another process: wait on the worker
-            with self._queue_lock:
+        except sqlite3.OperationalError as exc:  # another connection holds the write lock
+            now = time.monotonic()
+            self._locked_since = self._locked_since or now
+            if now - self._locked_since < self._busy_timeout_s:
                 self._queue[:0] = jobs
-                self._patient = True
-            self._executor.submit(self._drain, loop)
-            return
+                loop.call_later(LOCK_RETRY_S, self._drain_here, loop)
+                return
+            self._locked_since = None
+            _settle(jobs, [(False, exc)] * len(jobs))
         except sqlite3.Error as exc:
             _settle(jobs, [(False, exc)] * len(jobs))
-            return
-        self._settle_group(jobs, *self._run_group(db, jobs))
+        else:
+            self._locked_since = None
+            self._settle_group(jobs, *self._run_group(db, jobs))
+        if self._queue:  # the rest after the loop has served others
+            loop.call_soon(self._drain_here, loop)
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the worker thread: run every queued job, commit once, settle their futures."""
@@ -340,9 +362,6 @@ class SqliteStore(search.Searchable):
             else:
                 assert db is not None
                 results, changes = self._run_group(db, jobs)
-        with self._queue_lock:
-            if not self._queue:
-                self._patient = False
         with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
             loop.call_soon_threadsafe(self._settle_group, jobs, results, changes)
 
@@ -756,6 +775,16 @@ def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
             job.future.set_exception(error)
         else:
             job.future.set_exception(value)
+
+
+def _first_bytes(jobs: list[_Job], limit: int) -> list[_Job]:
+    """The leading jobs whose text stays within `limit` bytes, and at least one."""
+    size = 0
+    for i, job in enumerate(jobs):
+        size += job.size
+        if size > limit and i > 0:
+            return jobs[:i]
+    return list(jobs)
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:
