@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -118,6 +119,27 @@ def _default_config() -> str | None:
     return "context-proxy.toml" if Path("context-proxy.toml").is_file() else None
 
 
+# Young-generation threshold of the garbage collector in the server (Python's is 700).
+GC_YOUNG = 50_000
+
+
+def tune_gc() -> None:
+    """Collect cycles less often, and never walk what the server holds from start-up.
+
+    Parsing a request creates a tracked object per message, so with Python's
+    default thresholds (700, 10, 10) a turn at 1,000 messages set off about
+    one young collection, and every few hundred turns a full one walked
+    every remembered history (30 ms): 0.35 ms a turn in all, measured over
+    216 turns. The parsed objects are freed by reference counting, which
+    also takes them off the count, so with these thresholds only real cycles
+    start a collection. The server owns its process, so this lives here, not
+    in the app.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, 20, 100)
+
+
 def serve(settings: Settings) -> int:
     import uvicorn
 
@@ -126,6 +148,7 @@ def serve(settings: Settings) -> int:
 
     configure_logs(settings.server.log_level, settings.server.log_format)
     app = create_app(settings)
+    tune_gc()
     uvicorn.run(
         app,
         host=settings.server.host,
