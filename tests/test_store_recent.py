@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import proxy.store.sqlite as sqlite_store
 from proxy.messages import Message, chain_hashes
-from proxy.store import SqliteStore, StoreError
+from proxy.store import ConvKey, SqliteStore, StoreError
 from tests.factories import system, user
 from tests.test_store import ALICE, history, turn
 
@@ -217,3 +217,26 @@ def test_the_change_counter_moves_with_every_snapshot_change(tmp_path: Path) -> 
     after_delete = counter()
     db.close()
     assert start < after_insert < after_update < after_delete
+
+
+@pytest.mark.asyncio
+async def test_the_memory_of_recent_turns_stays_within_its_byte_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Conversations past the budget are forgotten first; their lookups read the file."""
+    monkeypatch.setattr(sqlite_store, "RECENT_BYTES", 20_000)
+    store = SqliteStore(str(tmp_path / "budget.db"))
+    keys = [ConvKey("a" * 64, f"chat-{i}") for i in range(40)]
+    state = {"summary": "s" * 900}  # about 1 KB a snapshot
+    for key in keys:
+        await store.commit(turn(key, request(0), state=state))
+        await store.commit(turn(key, request(1), state=state))
+    held = store._recent.currsize
+    oldest = await store.find_snapshot(keys[0], chain_hashes(request(2)))
+    newest = await store.find_snapshot(keys[-1], chain_hashes(request(2)))
+    await store.close()
+    assert 0 < held <= 20_000 and len(store._recent) < len(keys)
+    assert keys[0] not in store._recent and keys[-1] in store._recent
+    second = turn(keys[0], request(1), state=state).snapshot.head
+    assert oldest is not None and oldest.head == second
+    assert newest is not None and newest.head == second

@@ -106,9 +106,10 @@ LOCK_RETRY_S = 0.005
 # After a checkpoint resets it, the WAL file is truncated to this size.
 WAL_SIZE_LIMIT = 64 << 20
 # This process's own recent turns, kept to answer `find_snapshot` without the
-# file (see `_Recent`): conversations, and snapshots per conversation.
-RECENT_CONVERSATIONS = 4096
+# file (see `_Recent`): snapshots per conversation, and the bytes of their
+# states (plus 200 a snapshot for the rest) that all conversations may hold.
 RECENT_SNAPSHOTS = 8
+RECENT_BYTES = 32 << 20
 
 
 class SqliteStore(search.Searchable):
@@ -155,7 +156,7 @@ class SqliteStore(search.Searchable):
         self._unchecked_pages = 0
         self._last_checkpoint = time.monotonic()
         # See `_Recent`. Valid while the file's change counter reads `_changes`.
-        self._recent: LRUCache[ConvKey, _Recent] = LRUCache(RECENT_CONVERSATIONS)
+        self._recent: LRUCache[ConvKey, _Recent] = LRUCache(RECENT_BYTES, getsizeof=_weight)
         self._changes = -1
         self._unwritten: set[asyncio.Future[Any]] = set()
         # The last turn of each conversation queued and not yet written.
@@ -538,7 +539,15 @@ class SqliteStore(search.Searchable):
             del self._recent[key]
             return False
         recent.add(head, cached, self._now(), min(RECENT_SNAPSHOTS, self._max_snapshots))
+        self._keep(key, recent)
         return True
+
+    def _keep(self, key: ConvKey, recent: _Recent) -> None:
+        """(Re)insert `recent` so the cache weighs it as it is now; past the budget, drop it."""
+        if recent.weight > RECENT_BYTES:
+            self._recent.pop(key, None)
+        else:
+            self._recent[key] = recent
 
     def _written(
         self,
@@ -557,10 +566,9 @@ class SqliteStore(search.Searchable):
             return
         if remembered or self._reader is None:
             return
-        recent = self._recent.get(key)
-        if recent is None:
-            self._recent[key] = recent = _Recent(hidden=done.result(), updated_at=self._now())
+        recent = self._recent.get(key) or _Recent(hidden=done.result(), updated_at=self._now())
         recent.add(head, cached, self._now(), min(RECENT_SNAPSHOTS, self._max_snapshots))
+        self._keep(key, recent)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         heads = list(heads)
@@ -723,6 +731,10 @@ class SqliteStore(search.Searchable):
             self._checkpoint_db = None
 
 
+def _weight(recent: _Recent) -> int:
+    return recent.weight
+
+
 @dataclass(slots=True)
 class _Recent:
     """The newest snapshots this process committed for one conversation, queued ones included.
@@ -737,6 +749,10 @@ class _Recent:
     hidden: int
     updated_at: float
     snapshots: dict[str, tuple[int, str, float]] = field(default_factory=dict)  # oldest first
+
+    @property
+    def weight(self) -> int:
+        return sum(len(state) + 200 for _, state, _ in self.snapshots.values())
 
     def add(self, head: str, cached: tuple[int, str, float], now: float, limit: int) -> None:
         self.snapshots.pop(head, None)
