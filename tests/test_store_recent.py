@@ -169,7 +169,7 @@ def test_lookups_match_the_file_whatever_the_order_of_turns_and_writers(
                 if action == "find":
                     incoming = [*base, user(f"more {step}")] if wait else base
                     found = await here.find_snapshot(ALICE, chain_hashes(incoming))
-                    await asyncio.gather(*list(here._unwritten))
+                    await here.flush()
                     # `truth` never commits: it answers from the file alone.
                     expected = await truth.find_snapshot(ALICE, chain_hashes(incoming))
                     assert (found and found.head) == (expected and expected.head)
@@ -177,7 +177,7 @@ def test_lookups_match_the_file_whatever_the_order_of_turns_and_writers(
                     continue
                 committed = turn(ALICE, base, state={"step": step})
                 if action == "other":
-                    await asyncio.gather(*list(here._unwritten))
+                    await here.flush()
                     await other.commit(committed)
                 else:
                     await here.commit(committed, wait=wait)

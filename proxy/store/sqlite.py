@@ -158,8 +158,8 @@ class SqliteStore(search.Searchable):
         # See `_Recent`. Valid while the file's change counter reads `_changes`.
         self._recent: LRUCache[ConvKey, _Recent] = LRUCache(RECENT_BYTES, getsizeof=_weight)
         self._changes = -1
-        self._unwritten: set[asyncio.Future[Any]] = set()
-        # The last turn of each conversation queued and not yet written.
+        # The last turn of each conversation queued and not yet written (a
+        # conversation's turns are written in order, so waiting for it waits for all).
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
         try:
             self._executor.submit(self._open).result()
@@ -214,8 +214,7 @@ class SqliteStore(search.Searchable):
         self._sweep(db)
 
     async def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        if self._unwritten:  # a read sees this process's turns, written or not
-            await asyncio.wait(list(self._unwritten))
+        await self.flush()  # a read sees this process's turns, written or not
         if self._closed or self._db is None:
             raise StoreError("the SQLite store is closed")
         db = self._db
@@ -525,8 +524,12 @@ class SqliteStore(search.Searchable):
         if wait:
             await written
             return None
-        self._unwritten.add(written)
         return written
+
+    async def flush(self) -> None:
+        """Return once every turn queued so far is written (or failed to be)."""
+        if self._queued:
+            await asyncio.wait(list(self._queued.values()))
 
     def _remember(self, key: ConvKey, head: str, cached: tuple[int, str, float]) -> bool:
         """Add a queued turn's snapshot to `_recent`; False if the conversation is not there."""
@@ -538,13 +541,15 @@ class SqliteStore(search.Searchable):
         if recent.updated_at < self._cutoff():  # expired: the commit deletes what it knew
             del self._recent[key]
             return False
-        recent.add(head, cached, self._now(), min(RECENT_SNAPSHOTS, self._max_snapshots))
-        self._keep(key, recent)
+        self._add(key, recent, head, cached)
         return True
 
-    def _keep(self, key: ConvKey, recent: _Recent) -> None:
-        """(Re)insert `recent` so the cache weighs it as it is now; past the budget, drop it."""
-        if recent.weight > RECENT_BYTES:
+    def _add(
+        self, key: ConvKey, recent: _Recent, head: str, cached: tuple[int, str, float]
+    ) -> None:
+        """Add a snapshot to `recent` and (re)insert it, so the cache weighs it as it is now."""
+        recent.add(head, cached, self._now(), min(RECENT_SNAPSHOTS, self._max_snapshots))
+        if recent.weight > RECENT_BYTES:  # past the whole budget: not kept
             self._recent.pop(key, None)
         else:
             self._recent[key] = recent
@@ -558,7 +563,6 @@ class SqliteStore(search.Searchable):
         done: asyncio.Future[Any],
     ) -> None:
         """After a turn's write: forget what `_recent` said of it if it failed, else learn it."""
-        self._unwritten.discard(done)
         if self._queued.get(key) is done:
             del self._queued[key]
         if done.cancelled() or done.exception() is not None:
@@ -567,11 +571,9 @@ class SqliteStore(search.Searchable):
         if remembered or self._reader is None:
             return
         recent = self._recent.get(key) or _Recent(hidden=done.result(), updated_at=self._now())
-        recent.add(head, cached, self._now(), min(RECENT_SNAPSHOTS, self._max_snapshots))
-        self._keep(key, recent)
+        self._add(key, recent, head, cached)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
-        heads = list(heads)
         recent = self._recent.get(key)
         if recent is not None and self._unchanged():
             if recent.updated_at < self._cutoff():
@@ -707,8 +709,7 @@ class SqliteStore(search.Searchable):
         await self._run(lambda db: db.execute("SELECT 1").fetchone())
 
     async def close(self) -> None:
-        if self._unwritten:  # queued turns are written before the store closes
-            await asyncio.wait(list(self._unwritten))
+        await self.flush()  # queued turns are written before the store closes
         if self._closed or self._db is None:
             return
         db, self._closed = self._db, True
@@ -761,7 +762,7 @@ class _Recent:
             self.hidden = max(self.hidden, self.snapshots.pop(next(iter(self.snapshots)))[0])
         self.updated_at = now
 
-    def find(self, heads: list[str]) -> Snapshot | None:
+    def find(self, heads: Sequence[str]) -> Snapshot | None:
         """The match latest in `heads` past `hidden`; None: none there (look in the file)."""
         snapshots = self.snapshots
         for i in range(len(heads) - 1, self.hidden - 1, -1):
