@@ -15,7 +15,7 @@ import hmac
 import logging
 import operator
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -29,7 +29,7 @@ from .context import AppContext
 from .embeddings import Embedder, EmbeddingsUnavailable, embed_pending
 from .errors import ProxyError
 from .intake import as_messages, check_content_type, parse_chat, read_body, reserved_output
-from .known import Bounds, Known, locate, remember, resent
+from .known import Bounds, Known, fingerprints, list_start, locate, remember, reparse, resent
 from .messages import (
     Message,
     chain_hashes,
@@ -69,7 +69,7 @@ async def chat_completions(request: Request) -> Response:
     check_content_type(request.headers.get("content-type"))
     body = await read_body(request, ctx.settings.server.max_body_bytes)
     resend = Resend(ctx, request.headers, body)
-    payload = parse_chat(body, resend)
+    payload = parse_chat(body, resend, resend.reparse())
     api_key = authorize(ctx, request)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
@@ -244,7 +244,8 @@ async def prepare(
             ctx, key, turn, payload, strategy, headers, count, memo
         )
     if resend is not None and digests is not None:
-        ctx.remember(key, _known(resend, messages, digests, hashes, model, count, turn, reduction))
+        known = _known(resend, messages, digests, hashes, model, count, turn, reduction)
+        ctx.remember(key, known, resend.fingerprints(known))
     recalled: int | None = None
     if ctx.settings.recall.enabled:
         reduction, recalled = await _recall(ctx, key, reduction, payload, headers)
@@ -399,9 +400,11 @@ async def _search(
 
 
 class Resend:
-    """Finds, while the body is checked, the part of a full-history request seen last turn.
+    """Finds, before or while the body is checked, what of a full-history request came last turn.
 
-    `parse_chat` calls it with the parsed messages: the prefix it reports is
+    `reparse` is tried first: a body that resends the remembered messages is
+    parsed from its new bytes only. Otherwise `parse_chat` parses it all and
+    calls this with the parsed messages. Either way the prefix it reports is
     not checked again (it was, when first seen), and `prepare` reuses what
     was computed for it. It looks only; any doubt (append mode, a header
     that `identify` will refuse, messages too malformed to derive an id
@@ -416,29 +419,79 @@ class Resend:
         self.known: Known | None = None
         self.bounds: Bounds | None = None
         self.count = 0
+        self.list_start = -1
+        self.tenant = ""
+        self.reparsed = False
 
-    def __call__(self, payload: dict[str, Any]) -> int:
+    def _full_mode(self) -> bool:
+        """Full-history mode and a tenant: the requests a remembered history can serve."""
         if self.headers.get("x-context-mode", "full").strip().lower() != "full":
-            return 0
-        messages: list[Message] = payload["messages"]
+            return False
+        try:
+            self.tenant = conv.tenant_of(bearer_token(self.headers))
+        except ProxyError:
+            return False
+        return True
+
+    def _identify(self, messages: list[Message]) -> ConvKey | None:
         for message in messages:
             if not isinstance(message, dict):
-                return 0
+                return None
             if not is_leading(message):
                 break
         try:
-            tenant = conv.tenant_of(bearer_token(self.headers))
-            ident = conv.identify(tenant, self.headers.get("x-conversation-id"), messages)
+            ident = conv.identify(self.tenant, self.headers.get("x-conversation-id"), messages)
         except ProxyError:
+            return None
+        return ConvKey(ident.tenant, ident.conversation)
+
+    def reparse(self) -> dict[str, Any] | None:
+        """The request parsed from its new bytes only, if it resends a remembered history."""
+        if not self._full_mode():
+            return None
+        header = self.headers.get("x-conversation-id")
+        if header:
+            keys: Sequence[Hashable] = [ConvKey(self.tenant, header)]
+        else:
+            found = (self.ctx.openings.get(f) for f in fingerprints(self.tenant, self.body))
+            keys = list(dict.fromkeys(k for k in found if k is not None))
+        for key in keys:
+            known = self.ctx.known.get(key)
+            payload = reparse(self.body, known)
+            if known is None or payload is None:
+                continue
+            if self._identify(payload["messages"]) != key:
+                return None
+            self.key, self.known, self.count = key, known, len(known.messages)
+            self.bounds = locate(self.body, payload, known)
+            self.list_start = known.list_start
+            self.reparsed = True
+            return payload
+        return None
+
+    def __call__(self, payload: dict[str, Any]) -> int:
+        if self.reparsed:
+            return self.count
+        if not self._full_mode():
             return 0
-        self.key = ConvKey(ident.tenant, ident.conversation)
+        messages: list[Message] = payload["messages"]
+        self.key = self._identify(messages)
+        if self.key is None:
+            return 0
         self.known = self.ctx.known.get(self.key)
         self.bounds = locate(self.body, payload, self.known)
+        self.list_start = list_start(self.body, payload)
         self.count = resent(self.known, messages, self.body, self.bounds)
         return self.count
 
     def of(self, key: ConvKey) -> Resend | None:
         return self if self.key == key else None
+
+    def fingerprints(self, known: Known) -> list[tuple[str, int, bytes]]:
+        """How the next request finds `known` without a conversation id (none with one)."""
+        if self.headers.get("x-conversation-id"):
+            return []
+        return fingerprints(self.tenant, self.body, known.prefix_len)
 
 
 def _memo(known: Known | None, model: str, turn: conv.Turn) -> Tail | None:
@@ -476,6 +529,7 @@ def _known(
         leading=len(turn.working.leading),
         tail_start=reduction.state.tail_start,
         tail=tail.since(moved) if tail is not None and moved >= 0 else None,
+        list_start=resend.list_start,
     )
 
 

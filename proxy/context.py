@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Coroutine, Hashable
+from collections.abc import Coroutine, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from .upstream import upstream_url
 
 KNOWN_BYTES = 64 * 1024 * 1024
 MEMO_LIMIT = 4096
+OPENINGS = 65_536
 
 
 def _weight(known: Known) -> int:
@@ -111,9 +112,17 @@ class AppContext:
         default_factory=lambda: LRUCache(maxsize=KNOWN_BYTES, getsizeof=_weight)
     )
 
-    def remember(self, key: Hashable, known: Known) -> None:
+    # Conversations without an id, by fingerprints of their last request's first
+    # bytes (`known.fingerprints`): a handful of small entries each.
+    openings: LRUCache[Hashable, Hashable] = field(
+        default_factory=lambda: LRUCache(maxsize=OPENINGS)
+    )
+
+    def remember(self, key: Hashable, known: Known, fingerprints: Sequence[Hashable] = ()) -> None:
         if known.weight <= KNOWN_BYTES:
             self.known[key] = known
+            for fingerprint in fingerprints:
+                self.openings[fingerprint] = key
 
     # Budgets and policies are pure functions of settings and a few request values;
     # built once per distinct input instead of once per request.

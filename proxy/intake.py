@@ -40,20 +40,28 @@ def too_large(limit: int) -> ProxyError:
     )
 
 
-def parse_chat(body: bytes, known: Callable[[dict[str, Any]], int] | None = None) -> dict[str, Any]:
+def parse_chat(
+    body: bytes,
+    known: Callable[[dict[str, Any]], int] | None = None,
+    parsed: Any = None,
+) -> dict[str, Any]:
     """The chat request as a dict, or a 400 saying what is wrong.
 
     `known(payload)` says how many leading messages were checked before (a
     history resent unchanged, see `known.py`); only the rest are checked.
+    `parsed` is `body` already parsed, if it was (`known.reparse`).
     """
-    if not body.strip():
+    if parsed is not None:
+        payload = parsed
+    elif not body.strip():
         raise ProxyError(400, "The request body is empty; expected a JSON chat request.")
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProxyError(
-            400, f"The request body is not valid JSON: {exc.msg}.", code="invalid_json"
-        ) from None
+    else:
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise ProxyError(
+                400, f"The request body is not valid JSON: {exc.msg}.", code="invalid_json"
+            ) from None
     if not isinstance(payload, dict):
         raise ProxyError(400, "The request body must be a JSON object.")
     model = payload.get("model")

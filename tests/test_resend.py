@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -20,10 +21,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from proxy import chat
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
-from proxy.known import Known, locate, remember, resent
+from proxy.known import Known, list_start, locate, remember, reparse, resent
 from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
 from proxy.store.schema import m001_initial, m002_message_search, migrate
 
@@ -68,8 +70,15 @@ def script(post: Any) -> None:
             history[-3] = {**history[-3], "weight": True}
 
 
-def play(store: Store, *, forget: bool) -> tuple[list[bytes], list[dict[str, str]], list[Any]]:
-    """Run the script; `forget` clears the proxy's memory of the last request before each turn."""
+def play(
+    store: Store, *, forget: bool, conversation_id: str | None = "resend"
+) -> tuple[list[bytes], list[dict[str, str]], list[Any]]:
+    """Run the script; `forget` clears the proxy's memory of the last request before each turn.
+
+    Without a `conversation_id` the proxy derives one, and the edit of the
+    first question starts another conversation.
+    """
+    identified = {"X-Conversation-Id": conversation_id} if conversation_id else {}
     router = respx.MockRouter(assert_all_called=False, base_url=UPSTREAM)
     upstream = answers()
     router.post("/chat/completions").mock(
@@ -80,6 +89,7 @@ def play(store: Store, *, forget: bool) -> tuple[list[bytes], list[dict[str, str
     )
     app = create_app(settings, transport=httpx.MockTransport(router.handler), store=store)
     headers: list[dict[str, str]] = []
+    conversations: list[str] = []
     with TestClient(app) as client:
 
         def post(history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,24 +98,49 @@ def play(store: Store, *, forget: bool) -> tuple[list[bytes], list[dict[str, str
             r = client.post(
                 "/v1/chat/completions",
                 json={"model": "tiny", "messages": history},
-                headers={**KEY, "X-Conversation-Id": "resend"},
+                headers={**KEY, **identified},
             )
             assert r.status_code == 200, r.text
             headers.append({k: v for k, v in r.headers.items() if k.startswith("x-context")})
+            conversations.append(r.headers["x-conversation-id"])
             message: dict[str, Any] = r.json()["choices"][0]["message"]
             return message
 
         script(post)
-        latest = client.portal.call(store.latest, CONV)  # type: ignore[union-attr]
+        last = ConvKey(CONV.tenant, conversations[-1])
+        latest = client.portal.call(store.latest, last)  # type: ignore[union-attr]
     sent = [c.request.content for c in router.calls]
     assert latest is not None
     return sent, headers, latest.working
 
 
-def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(tmp_path: Path) -> None:
-    remembered = play(SqliteStore(str(tmp_path / "a.db")), forget=False)
-    forgotten = play(SqliteStore(str(tmp_path / "b.db")), forget=True)
-    in_memory = play(MemoryStore(), forget=False)
+@pytest.mark.parametrize("conversation_id", ["resend", None])
+def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, conversation_id: str | None
+) -> None:
+    reparsed: list[bool] = []
+    real = chat.Resend.reparse
+
+    def spy(self: chat.Resend) -> dict[str, Any] | None:
+        payload = real(self)
+        reparsed.append(payload is not None)
+        return payload
+
+    monkeypatch.setattr(chat.Resend, "reparse", spy)
+    remembered = play(
+        SqliteStore(str(tmp_path / "a.db")), forget=False, conversation_id=conversation_id
+    )
+    # Every turn resends the last request's bytes, and is parsed from its new
+    # bytes only, but the first and those after an edit of a message sent before;
+    # without an id, also the second: the first body is too short to fingerprint.
+    full = {0, 10, 13} if conversation_id else {0, 1, 10, 13}
+    assert reparsed == [i not in full for i in range(14)]
+    reparsed.clear()
+    forgotten = play(
+        SqliteStore(str(tmp_path / "b.db")), forget=True, conversation_id=conversation_id
+    )
+    assert not any(reparsed)
+    in_memory = play(MemoryStore(), forget=False, conversation_id=conversation_id)
 
     assert remembered[0] == forgotten[0] == in_memory[0]
     assert remembered[1] == forgotten[1] == in_memory[1]
@@ -200,6 +235,7 @@ def remembered(body: bytes, messages: list[dict[str, Any]] | None = None) -> Kno
         (0,) * n,
         suffix_len=suffix,
         suffix_digest=suffix_digest,
+        list_start=list_start(body, payload),
     )
 
 
@@ -288,3 +324,114 @@ def test_equal_values_in_another_json_form_are_not_taken_for_the_same_message() 
         assert type(new[0]["n"]) is type(variant["n"])
     reordered = [{"content": "q", "role": "user", "n": 1}, assistant("a")]
     assert check(request(reordered), known)[1] == 0
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+MESSAGES = st.lists(
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant"]),
+            "content": st.text(alphabet=st.characters(codec="utf-8"), max_size=30),
+        }
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@given(
+    old=MESSAGES,
+    new=MESSAGES,
+    before=st.dictionaries(st.sampled_from(["model", "metadata", "n", "messagesx"]), JSON_VALUES),
+    after=st.dictionaries(st.sampled_from(["stop", "tools", "stream", "seed"]), JSON_VALUES),
+    later=st.dictionaries(st.sampled_from(["stop", "tools", "stream", "seed"]), JSON_VALUES),
+    spaced=st.booleans(),
+)
+def test_a_resent_body_is_parsed_from_its_new_bytes_as_from_all_of_them(
+    old: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    before: dict[str, Any],
+    after: dict[str, Any],
+    later: dict[str, Any],
+    spaced: bool,
+) -> None:
+    def body(messages: list[dict[str, Any]], rest: dict[str, Any]) -> bytes:
+        payload = {**before, "messages": messages, **rest}
+        return json.dumps(payload).encode() if spaced else orjson.dumps(payload)
+
+    first = body(old, after)
+    known = remembered(first, orjson.loads(first)["messages"])
+    assert known.list_start > 0
+    for resent_body in (body([*old, *new], after), body(old, later), body([*old, *new], later)):
+        payload = reparse(resent_body, known)
+        assert payload == orjson.loads(resent_body)
+        assert all(map(operator.is_, payload["messages"], known.messages))
+    # Not a resend: other first messages, or fewer of them.
+    assert reparse(body(new, after), known) in (None, orjson.loads(body(new, after)))
+    if len(old) > 1:
+        assert reparse(body(old[:-1], after), known) is None
+
+
+@given(data=st.data(), old=MESSAGES, new=MESSAGES)
+def test_any_other_body_is_parsed_in_full_or_as_a_full_parse_would(
+    data: st.DataObject, old: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> None:
+    """Bytes cut, changed or added anywhere: reparse agrees with orjson or declines."""
+    first = request(old)
+    known = remembered(first, orjson.loads(first)["messages"])
+    body = bytearray(request([*old, *new]))
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(body)))
+        edit = data.draw(st.sampled_from(["cut", "change", "insert"]))
+        junk = data.draw(st.sampled_from([b"]", b"}", b",", b'"', b"0", b'"messages":[]', b"\\"]))
+        if edit == "cut":
+            del body[at : at + len(junk)]
+        elif edit == "change":
+            body[at : at + len(junk)] = junk
+        else:
+            body[at:at] = junk
+    try:
+        expected = orjson.loads(bytes(body))
+    except orjson.JSONDecodeError:
+        expected = None
+    got = reparse(bytes(body), known)
+    assert got is None or got == expected
+
+
+def test_the_message_list_is_found_after_keys_that_mention_it() -> None:
+    old = [system("s"), user("q")]
+    tricky = {
+        "metadata": {"messages": [1, 2], "note": 'a "messages": [ b'},
+        "user": '\\"messages"',
+    }
+
+    def body(messages: list[dict[str, Any]], spaced: bool) -> bytes:
+        payload = {**tricky, "model": "m", "messages": messages}
+        return json.dumps(payload).encode() if spaced else orjson.dumps(payload)
+
+    for spaced in (False, True):
+        first = body(old, spaced)
+        payload = orjson.loads(first)
+        at = list_start(first, payload)
+        assert first[at - 1 : at] == b"[" and first[at:].startswith(b'{"role"')
+        known = remembered(first, payload["messages"])
+        later = body([*old, user("next")], spaced)
+        assert reparse(later, known) == orjson.loads(later)
+    # After the list, such bytes are not worth telling apart: the body is parsed in full.
+    later = request([*old, user("next")], **tricky)
+    assert reparse(later, remembered(request(old, **tricky))) is None
+
+
+def test_a_second_messages_key_after_the_resent_ones_means_a_full_parse() -> None:
+    old = [system("s"), user("q")]
+    known = remembered(request(old))
+    others = [user("x")]
+    body = request(old)[:-1] + b',"messages":' + orjson.dumps(others) + b"}"
+    assert orjson.loads(body)["messages"] == others
+    assert reparse(body, known) is None
