@@ -59,6 +59,54 @@ async def test_a_queued_turn_is_found_before_it_is_written_and_written_soon_afte
 
 
 @pytest.mark.asyncio
+async def test_a_new_conversations_first_turn_is_found_before_it_is_written(
+    tmp_path: Path,
+) -> None:
+    """The lookup that found nothing in the file is remembered: the second turn need not wait
+    for the first one's write, here held back by another process's write lock."""
+    path = tmp_path / "new.db"
+    store = SqliteStore(str(path))
+    assert await store.find_snapshot(ALICE, chain_hashes(request(0))) is None
+    first = turn(ALICE, request(0))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        written = await store.commit(first, wait=False)
+        lookup = store.find_snapshot(ALICE, chain_hashes(request(1)))
+        found = await asyncio.wait_for(lookup, timeout=1)
+        assert written is not None and not written.done()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert found is not None and found.head == first.snapshot.head
+    await asyncio.wait_for(written, timeout=5)
+    assert first.snapshot.head in stored_heads(path)
+    await store.close()
+
+
+@pytest.mark.asyncio
+async def test_an_expired_conversation_asked_of_the_file_is_not_remembered(
+    tmp_path: Path,
+) -> None:
+    """Its turn must delete the expired rows first, so its stale snapshots stay dead."""
+    path = tmp_path / "expired.db"
+    clock = [1_000_000.0]
+    store = SqliteStore(str(path), ttl_s=60, now=lambda: clock[0])
+    old = turn(ALICE, request(0))
+    await store.commit(old)
+    store._recent.clear()  # as after a restart
+    clock[0] += 61
+    assert await store.find_snapshot(ALICE, chain_hashes(request(1))) is None
+    assert ALICE not in store._recent
+    restarted = turn(ALICE, [system("again"), user("q")])
+    await store.commit(restarted)
+    # The old history again: its snapshot went with the expired rows.
+    assert await store.find_snapshot(ALICE, chain_hashes(request(1))) is None
+    assert stored_heads(path) == {restarted.snapshot.head}
+    await store.close()
+
+
+@pytest.mark.asyncio
 async def test_reads_and_close_wait_for_queued_turns(tmp_path: Path) -> None:
     path = tmp_path / "flush.db"
     store = SqliteStore(str(path))
@@ -232,11 +280,16 @@ async def test_the_memory_of_recent_turns_stays_within_its_byte_budget(
         await store.commit(turn(key, request(0), state=state))
         await store.commit(turn(key, request(1), state=state))
     held = store._recent.currsize
-    oldest = await store.find_snapshot(keys[0], chain_hashes(request(2)))
-    newest = await store.find_snapshot(keys[-1], chain_hashes(request(2)))
-    await store.close()
     assert 0 < held <= 20_000 and len(store._recent) < len(keys)
     assert keys[0] not in store._recent and keys[-1] in store._recent
+    oldest = await store.find_snapshot(keys[0], chain_hashes(request(2)))
+    newest = await store.find_snapshot(keys[-1], chain_hashes(request(2)))
+    # Asked of the file, a forgotten conversation is remembered as the file has
+    # it: nothing in memory, and its highest snapshot position to look past.
+    again = store._recent.get(keys[0])
+    assert again is not None and not again.snapshots
+    assert again.hidden == turn(keys[0], request(1), state=state).snapshot.position
+    await store.close()
     second = turn(keys[0], request(1), state=state).snapshot.head
     assert oldest is not None and oldest.head == second
     assert newest is not None and newest.head == second

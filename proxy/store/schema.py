@@ -203,6 +203,12 @@ SELECT_SNAPSHOTS = """
 
 CHANGES = "SELECT value FROM change_counter WHERE id = 1"
 
+# A conversation's last activity and the highest position of its snapshots.
+LIVE_POSITION = """
+    SELECT c.updated_at, (SELECT MAX(s.position) FROM snapshots s WHERE s.conversation_id = c.id)
+    FROM conversations c WHERE c.tenant = ? AND c.conversation = ?
+"""
+
 DELETE_IDLE = "DELETE FROM conversations WHERE updated_at < ?"
 
 UPSERT_CONVERSATION = """
