@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 import proxy.store.sqlite as sqlite_store
 from proxy.messages import Message, chain_hashes
-from proxy.store import ConvKey, SqliteStore, StoreError
+from proxy.store import ConvKey, Snapshot, SqliteStore, StoreError
 from tests.factories import system, user
 from tests.test_store import ALICE, history, turn
 
@@ -37,6 +38,16 @@ def request(turns: int) -> list[Message]:
     return [*history(turns), user(f"question {turns}")]
 
 
+async def found_then_written(
+    store: SqliteStore, found: Snapshot | None, written: Any, queued: Snapshot
+) -> None:
+    """`found` is the queued snapshot, which is in the file soon after; then close."""
+    assert found is not None and found.head == queued.head and found.state == queued.state
+    await asyncio.wait_for(written, timeout=5)
+    assert queued.head in stored_heads(Path(store.path))
+    await store.close()
+
+
 @pytest.mark.asyncio
 async def test_a_queued_turn_is_found_before_it_is_written_and_written_soon_after(
     tmp_path: Path,
@@ -51,11 +62,7 @@ async def test_a_queued_turn_is_found_before_it_is_written_and_written_soon_afte
 
     found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
 
-    assert found is not None and found.head == second.snapshot.head
-    assert found.state == second.snapshot.state
-    await asyncio.wait_for(written, timeout=5)
-    assert second.snapshot.head in stored_heads(path)
-    await store.close()
+    await found_then_written(store, found, written, second.snapshot)
 
 
 @pytest.mark.asyncio
@@ -78,10 +85,7 @@ async def test_a_new_conversations_first_turn_is_found_before_it_is_written(
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert found is not None and found.head == first.snapshot.head
-    await asyncio.wait_for(written, timeout=5)
-    assert first.snapshot.head in stored_heads(path)
-    await store.close()
+    await found_then_written(store, found, written, first.snapshot)
 
 
 @pytest.mark.asyncio
