@@ -5,7 +5,8 @@ warm-up turn stores the history, then each measured turn resends all of it
 plus the stored answer and one new question. The proxy's CPU per measured
 turn is compared with the floor's CPU for the very same bodies, so "net" is
 what the proxy does beyond parsing and re-serialising the body; issue 5 asks
-that it not grow with the history.
+that it not grow with the history. (The proxy parses only a resent body's new
+bytes, so net can shrink as the history grows: the floor parses all of it.)
 
 A few dozen requests take a fraction of a CPU second, so one pass is at the
 mercy of whatever else the machine does in that instant. Each size is
