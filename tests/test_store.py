@@ -851,3 +851,69 @@ async def test_working_rows_written_by_turn_are_read_back_whole(store: Store, cl
     await store.commit(laid_out(key, third, 4))
     latest = await store.latest(key)
     assert latest is not None and latest.working == third and latest.turns == 1
+
+
+def working_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT COUNT(*) FROM working").fetchone()[0])
+
+
+@pytest.mark.asyncio
+async def test_a_full_history_working_list_is_described_by_its_chain_until_append_mode(
+    tmp_path: Path,
+) -> None:
+    """No row per working message while the archive holds them all; rows again after append."""
+    path = tmp_path / "chain.db"
+    store = SqliteStore(str(path))
+    key = ConvKey("t", "chain")
+    first = [system(), user("q0"), assistant("a0")]
+    second = [*first, user("q1"), assistant("a1")]
+    # A reduction moved the tail's start: the working list skips positions 1 and 2.
+    evicted = dataclasses.replace(
+        laid_out(key, [*second, user("q2"), assistant("a2")], 5),
+        working=[system(), user("q1"), assistant("a1"), user("q2"), assistant("a2")],
+    )
+    full = chain_hashes([*second, user("q2"), assistant("a2")])
+    layout = WorkingLayout(leading=1, start=3, fresh=5, hashes=(full[0], *full[3:]))
+    evicted = dataclasses.replace(evicted, layout=layout)
+    try:
+        await store.commit(laid_out(key, first, 0))
+        await store.commit(laid_out(key, second, 3))
+        latest = await store.latest(key)
+        assert latest is not None and latest.working == second
+        await store.commit(evicted)
+        latest = await store.latest(key)
+        assert latest is not None and latest.working == evicted.working
+        assert working_rows(path) == 0
+        await store.commit(turn(key, [user("appended")]))  # append mode: no layout
+        latest = await store.latest(key)
+        assert latest is not None and working_rows(path) == len(latest.working) > 0
+        after = [*evicted.working, user("q3"), assistant("a3")]
+        await store.commit(dataclasses.replace(laid_out(key, after, 7), working=after))
+        latest = await store.latest(key)
+        assert latest is not None and latest.working == after
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_turn_of_a_conversation_deleted_and_begun_again_meanwhile_keeps_rows(
+    tmp_path: Path,
+) -> None:
+    """Its new messages continue a chain the new conversation's archive does not hold."""
+    path = tmp_path / "again.db"
+    a, b = SqliteStore(str(path)), SqliteStore(str(path))
+    key = ConvKey("t", "again")
+    old = [system(), user("q0"), assistant("a0")]
+    try:
+        await a.commit(laid_out(key, old, 0))
+        assert await b.delete(key)
+        await b.commit(laid_out(key, [system("other"), user("x"), assistant("y")], 0))
+        continued = [*old, user("q1"), assistant("a1")]
+        await a.commit(laid_out(key, continued, 3))  # built on a's lookup before the delete
+        latest = await a.latest(key)
+        assert latest is not None and latest.working == continued
+        assert working_rows(path) == len(continued)
+    finally:
+        await a.close()
+        await b.close()

@@ -141,11 +141,32 @@ def m004_change_counter(db: sqlite3.Connection) -> None:
         )
 
 
+def m005_working_chain(db: sqlite3.Connection) -> None:
+    """A working history that is a stretch of the archived chain, described instead of copied.
+
+    In full-history mode the working history is the conversation's leading
+    messages and its verbatim tail, all archived already: `[leading, start,
+    last]` (positions 0 to `leading` and from `start` on, of the chain that
+    ends with the archived message `last`) says the same as a row per
+    message, which cost a third of a turn's SQL. NULL: the rows hold it.
+
+    A conversation starts described when its first turn archives its whole
+    history, and stays so while every turn's new messages continue an
+    archived one (see `SqliteStore.commit`); an append-mode turn, a
+    conversation older than this migration, or one whose archive lost its
+    start (expired between lookup and commit) keeps rows from then on.
+    Releases before this one read only the rows: replicas sharing a file
+    must all run this one or later.
+    """
+    db.execute("ALTER TABLE conversations ADD COLUMN working_chain TEXT")
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_message_search,
     m003_working_rows,
     m004_change_counter,
+    m005_working_chain,
 ]
 
 
@@ -212,13 +233,28 @@ LIVE_POSITION = """
 DELETE_IDLE = "DELETE FROM conversations WHERE updated_at < ?"
 
 UPSERT_CONVERSATION = """
-    INSERT INTO conversations
-        (tenant, conversation, head, position, state, working, turns, created_at, updated_at)
-    VALUES (?, ?, ?, ?, ?, '[]', 1, ?6, ?6)
+    INSERT INTO conversations (
+        tenant, conversation, head, position, state, working, turns, created_at, updated_at,
+        working_chain
+    )
+    VALUES (?, ?, ?, ?, ?, '[]', 1, ?6, ?6, ?7)
     ON CONFLICT (tenant, conversation) DO UPDATE SET
         head = excluded.head, position = excluded.position, state = excluded.state,
-        turns = turns + 1, updated_at = excluded.updated_at
-    RETURNING id, turns
+        turns = turns + 1, updated_at = excluded.updated_at,
+        working_chain = CASE WHEN working_chain IS NULL THEN NULL ELSE ?8 END
+    RETURNING id, turns, working_chain
+"""
+
+# The archived chain that ends with message ?2, root first, at most ?3 messages long.
+WALK_CHAIN = """
+    WITH RECURSIVE chain (depth, parent, message) AS (
+        SELECT 0, parent, message FROM messages WHERE conversation_id = ?1 AND hash = ?2
+        UNION ALL
+        SELECT c.depth + 1, m.parent, m.message FROM chain c
+        JOIN messages m ON m.conversation_id = ?1 AND m.hash = c.parent
+        WHERE c.depth + 1 < ?3
+    )
+    SELECT parent, message FROM chain ORDER BY depth DESC
 """
 
 UPSERT_SNAPSHOT = """

@@ -76,6 +76,7 @@ from proxy.store.schema import (
     SELECT_WORKING,
     UPSERT_CONVERSATION,
     UPSERT_SNAPSHOT,
+    WALK_CHAIN,
     migrate,
 )
 
@@ -465,8 +466,12 @@ class SqliteStore(search.Searchable):
         state = dumps(snap.state)
         entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
         first = _first_fresh(layout, len(turn.working))
-        # With a layout every working message is archived, and its row refers to that.
+        # With a layout every working message is archived, and its row refers to that,
+        # or the conversation's row describes them all (`m005_working_chain`).
         texts = None if layout is not None else [dumps(m) for m in turn.working]
+        chain = None if layout is None else dumps([layout.leading, layout.start, layout.hashes[-1]])
+        # The first new message's parent: archived, or none (a whole history).
+        parent = entries[0][1] if entries else ""
         if self._closed:
             raise StoreError("the SQLite store is closed")
         cached = (snap.position, state, snap.created_at)
@@ -493,9 +498,20 @@ class SqliteStore(search.Searchable):
                     raise Conflict(
                         f"{key.conversation} is at turn {current}, not {turn.expected_turns}"
                     )
-            cid, turns = db.execute(
+            # A new conversation is described by its chain only if this turn archives
+            # all of it; an existing one stays described only if it was (see m005).
+            cid, turns, described = db.execute(
                 UPSERT_CONVERSATION,
-                (key.tenant, key.conversation, snap.head, snap.position, state, now),
+                (
+                    key.tenant,
+                    key.conversation,
+                    snap.head,
+                    snap.position,
+                    state,
+                    now,
+                    chain if parent == "" else None,
+                    chain,
+                ),
             ).fetchall()[0]
             hidden = 0
             if not remembered and turns > 1:
@@ -508,7 +524,13 @@ class SqliteStore(search.Searchable):
                 " VALUES (?, ?, ?, ?)",
                 [(cid, h, parent, message) for h, parent, message in entries],
             )
-            _write_working(db, cid, turn, first, texts)
+            if described is not None and parent and not _archived(db, cid, parent):
+                # Turns of an earlier life of this conversation (deleted or expired
+                # since this turn's lookup): its chain lacks its start for good.
+                db.execute("UPDATE conversations SET working_chain = NULL WHERE id = ?", (cid,))
+                described = None
+            if described is None:
+                _write_working(db, cid, turn, first, texts)
             db.execute(
                 UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
             )
@@ -656,14 +678,17 @@ class SqliteStore(search.Searchable):
     async def latest(self, key: ConvKey) -> Conversation | None:
         def job(db: sqlite3.Connection) -> Conversation | None:
             row = db.execute(
-                "SELECT id, head, position, state, turns, created_at, updated_at"
+                "SELECT id, head, position, state, turns, created_at, updated_at, working_chain"
                 " FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
                 (key.tenant, key.conversation, self._cutoff()),
             ).fetchone()
             if row is None:
                 return None
-            cid, head, position, state, turns, created_at, updated_at = row
-            texts = [m for (m,) in db.execute(SELECT_WORKING, (cid,))]
+            cid, head, position, state, turns, created_at, updated_at, described = row
+            if described is None:
+                texts = [m for (m,) in db.execute(SELECT_WORKING, (cid,))]
+            else:
+                texts = _working_of_chain(db, cid, position, loads(described))
             if None in texts:
                 raise sqlite3.DatabaseError("a working row refers to a missing archive row")
             working = [loads(m) for m in texts]
@@ -893,6 +918,30 @@ def _write_working(
         older
         + [(cid, layout.position(i), layout.hashes[i], None) for i in range(first, len(working))],
     )
+
+
+def _working_of_chain(
+    db: sqlite3.Connection, cid: int, position: int, described: list[Any]
+) -> list[str | None]:
+    """The working messages `conversations.working_chain` describes, read from the archive.
+
+    The chain is walked from its last message back to the first (one index
+    lookup a message, in SQLite), at most as many as the head's position and
+    the answer after it.
+    """
+    leading, start, last = described
+    rows = db.execute(WALK_CHAIN, (cid, last, position + 2)).fetchall()
+    if not rows or rows[0][0] != "":
+        raise sqlite3.DatabaseError("the archived chain of the working history is incomplete")
+    texts = [message for _, message in rows]
+    return [*texts[:leading], *texts[start:]]
+
+
+def _archived(db: sqlite3.Connection, cid: int, digest: str) -> bool:
+    row = db.execute(
+        "SELECT 1 FROM messages WHERE conversation_id = ? AND hash = ?", (cid, digest)
+    ).fetchone()
+    return row is not None
 
 
 def _rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: int) -> bool:
