@@ -89,6 +89,19 @@ async def test_a_new_conversations_first_turn_is_found_before_it_is_written(
 
 
 @pytest.mark.asyncio
+async def test_lookups_never_followed_by_a_turn_stay_within_the_byte_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each lookup the file answered is remembered; those whose turn never came still count."""
+    monkeypatch.setattr(sqlite_store, "RECENT_BYTES", 20_000)
+    store = SqliteStore(str(tmp_path / "lookups.db"))
+    for i in range(500):  # requests whose upstream failed: nothing committed
+        assert await store.find_snapshot(ConvKey("a" * 64, f"failed-{i}"), ["h"]) is None
+    await store.close()
+    assert 0 < store._recent.currsize <= 20_000 and len(store._recent) < 500
+
+
+@pytest.mark.asyncio
 async def test_an_expired_conversation_asked_of_the_file_is_not_remembered(
     tmp_path: Path,
 ) -> None:

@@ -808,7 +808,12 @@ class _Recent:
 
     @property
     def weight(self) -> int:
-        return sum(len(state) + 200 for _, state, _ in self.snapshots.values())
+        """Roughly its bytes: 200 for itself and for each snapshot, and the snapshots' states.
+
+        Never 0, so that conversations looked up but never committed (their
+        upstream failed, say) also count against the budget.
+        """
+        return 200 + sum(len(state) + 200 for _, state, _ in self.snapshots.values())
 
     def add(self, head: str, cached: tuple[int, str, float], now: float, limit: int) -> None:
         self.snapshots.pop(head, None)
