@@ -488,10 +488,14 @@ class Resend:
         return self if self.key == key else None
 
     def fingerprints(self, known: Known) -> list[tuple[str, int, bytes]]:
-        """How the next request finds `known` without a conversation id (none with one)."""
+        """How the next request finds `known` without a conversation id (none with one).
+
+        Only the longest: a conversation whose start it shares has every
+        shorter one in common too, so those would not tell them apart.
+        """
         if self.headers.get("x-conversation-id"):
             return []
-        return fingerprints(self.tenant, self.body, known.prefix_len)
+        return fingerprints(self.tenant, self.body, known.prefix_len)[:1]
 
 
 def _memo(known: Known | None, model: str, turn: conv.Turn) -> Tail | None:

@@ -25,7 +25,8 @@ from .upstream import upstream_url
 
 KNOWN_BYTES = 64 * 1024 * 1024
 MEMO_LIMIT = 4096
-OPENINGS = 65_536
+# One entry (about 400 bytes) per conversation without an id: 16,384 is 6 MB.
+OPENINGS = 16_384
 
 
 def _weight(known: Known) -> int:
@@ -112,8 +113,8 @@ class AppContext:
         default_factory=lambda: LRUCache(maxsize=KNOWN_BYTES, getsizeof=_weight)
     )
 
-    # Conversations without an id, by fingerprints of their last request's first
-    # bytes (`known.fingerprints`): a handful of small entries each.
+    # Conversations without an id, by a fingerprint of their last request's first
+    # bytes (`known.fingerprints`).
     openings: LRUCache[Hashable, Hashable] = field(
         default_factory=lambda: LRUCache(maxsize=OPENINGS)
     )

@@ -46,10 +46,12 @@ from .reduction.tail import Tail
 _SPACE = b" \t\r\n"
 # A body whose keys after `messages` hold this many `]` is not worth locating.
 _MAX_CANDIDATES = 64
-# Lengths of a body's start that identify a conversation without an id: the
-# longest one a history covers tells apart conversations sharing a long system
-# prompt, shorter ones catch up while it is short. Powers of 4 from 256 bytes:
-# hashing all of them costs 1.3 times hashing the longest.
+# Lengths of a body's start that identify a conversation without an id: a
+# conversation is filed under the longest one its history covers, which tells
+# apart conversations sharing a long system prompt, and a request is looked up
+# under every one its body covers, longest first (the history may have grown
+# past the next one since). Powers of 4 from 256 bytes: hashing all of them
+# costs 1.3 times hashing the longest.
 FINGERPRINT_LENGTHS = tuple(256 * 4**k for k in range(10))
 # A placeholder for the remembered messages in the document `reparse` parses.
 _PLACEHOLDER = b"0"

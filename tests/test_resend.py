@@ -114,19 +114,25 @@ def play(
     return sent, headers, latest.working
 
 
-@pytest.mark.parametrize("conversation_id", ["resend", None])
-def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, conversation_id: str | None
-) -> None:
-    reparsed: list[bool] = []
+@pytest.fixture
+def reparsed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per request, in order: whether it was parsed from its new bytes only."""
+    seen: list[bool] = []
     real = chat.Resend.reparse
 
     def spy(self: chat.Resend) -> dict[str, Any] | None:
         payload = real(self)
-        reparsed.append(payload is not None)
+        seen.append(payload is not None)
         return payload
 
     monkeypatch.setattr(chat.Resend, "reparse", spy)
+    return seen
+
+
+@pytest.mark.parametrize("conversation_id", ["resend", None])
+def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(
+    tmp_path: Path, reparsed: list[bool], conversation_id: str | None
+) -> None:
     remembered = play(
         SqliteStore(str(tmp_path / "a.db")), forget=False, conversation_id=conversation_id
     )
@@ -435,3 +441,42 @@ def test_a_second_messages_key_after_the_resent_ones_means_a_full_parse() -> Non
     body = request(old)[:-1] + b',"messages":' + orjson.dumps(others) + b"}"
     assert orjson.loads(body)["messages"] == others
     assert reparse(body, known) is None
+
+
+def test_conversations_without_ids_sharing_a_long_prompt_are_told_apart(
+    reparsed: list[bool],
+) -> None:
+    """Filed under their first bytes, they collide while those are the shared prompt (and are
+    parsed in full), and are found again once their histories reach past it."""
+    router = respx.MockRouter(assert_all_called=False, base_url=UPSTREAM)
+    upstream = answers()
+    router.post("/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(200, json=next(upstream))
+    )
+    store = MemoryStore()
+    settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM})
+    app = create_app(settings, transport=httpx.MockTransport(router.handler), store=store)
+    prompt = system("policy " * 800)  # 5.6 KB: past the 4 KB fingerprint
+    histories = {name: [prompt, user(f"I am {name}")] for name in ("ann", "bob")}
+    ids: dict[str, str] = {}
+    with TestClient(app) as client:
+        for turn in range(12):
+            for name, history in histories.items():
+                r = client.post(
+                    "/v1/chat/completions",
+                    json={"model": "gpt-4o", "messages": history},
+                    headers=KEY,
+                )
+                assert r.status_code == 200, r.text
+                ids[name] = r.headers["x-conversation-id"]
+                history += [r.json()["choices"][0]["message"], user(f"{name} {turn} " * 400)]
+        stored = {
+            name: client.portal.call(store.latest, ConvKey(CONV.tenant, ids[name]))
+            for name in histories
+        }
+    assert ids["ann"] != ids["bob"]
+    for name, history in histories.items():
+        latest = stored[name]
+        assert latest is not None and latest.working == history[:-1]
+    # The first turns (under 16 KB) collide on the shared prompt; the later ones are found.
+    assert not any(reparsed[:4]) and all(reparsed[-6:])
