@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +43,20 @@ def redis_url() -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture
+def reparsed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per request, in order: whether it was parsed from its new bytes only (`known.reparse`)."""
+    from proxy import chat
+
+    seen: list[bool] = []
+    real = chat.Resend.reparse
+
+    def spy(self: chat.Resend) -> dict[str, Any] | None:
+        payload = real(self)
+        seen.append(payload is not None)
+        return payload
+
+    monkeypatch.setattr(chat.Resend, "reparse", spy)
+    return seen

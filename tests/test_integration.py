@@ -259,3 +259,54 @@ def test_client_disconnect_cancels_the_turn(tmp_path: Path) -> None:
                 headers={"Authorization": "Bearer adm"},
             )
             assert stored.status_code == 404
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_a_long_conversation_without_an_id_is_parsed_from_its_new_bytes(
+    fake: tuple[FakeUpstream, str], tmp_path: Path, reparsed: list[bool], streamed: bool
+) -> None:
+    """The SDK's own bodies (it puts `stream` before `messages`), with a tool round: after the
+    first turn each request is parsed from its new bytes only, and what is forwarded is what
+    the app sent."""
+    upstream, upstream_url = fake
+    history: list[Any] = [{"role": "system", "content": "You plan trips. " * 30}]
+    with proxy(upstream_url, tmp_path / "p.db") as url:
+        app = client(url)
+        for turn in range(8):
+            ask = "please call tool get_weather for Oslo" if turn == 4 else f"day {turn} " * 40
+            history.append({"role": "user", "content": ask})
+            answer = app.chat.completions.create(model="gpt-4o", messages=history, stream=streamed)
+            message = assembled(answer) if streamed else answer.choices[0].message.model_dump()
+            history.append(
+                {k: v for k, v in message.items() if k in ("role", "content", "tool_calls") and v}
+            )
+            if message.get("tool_calls"):
+                call_id = message["tool_calls"][0]["id"]
+                history.append({"role": "tool", "tool_call_id": call_id, "content": "-3 degrees"})
+            forwarded = upstream.chat_records()[-1].body["messages"]
+            assert forwarded == history[: len(forwarded)]
+    assert reparsed == [False] + [True] * 7
+
+
+def assembled(stream: Any) -> dict[str, Any]:
+    """The assistant message an app builds from a streamed answer."""
+    content, calls = "", {}
+    for chunk in stream:
+        delta = chunk.choices[0].delta if chunk.choices else None
+        if delta is None:
+            continue
+        content += delta.content or ""
+        for tc in delta.tool_calls or []:
+            entry = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] = tc.id or entry["id"]
+            entry["name"] += (tc.function.name or "") if tc.function else ""
+            entry["arguments"] += (tc.function.arguments or "") if tc.function else ""
+    tool_calls = [
+        {
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["name"], "arguments": c["arguments"]},
+        }
+        for c in calls.values()
+    ]
+    return {"role": "assistant", "content": content or None, "tool_calls": tool_calls}

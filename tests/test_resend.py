@@ -21,7 +21,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from proxy import chat
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
@@ -112,21 +111,6 @@ def play(
     sent = [c.request.content for c in router.calls]
     assert latest is not None
     return sent, headers, latest.working
-
-
-@pytest.fixture
-def reparsed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Per request, in order: whether it was parsed from its new bytes only."""
-    seen: list[bool] = []
-    real = chat.Resend.reparse
-
-    def spy(self: chat.Resend) -> dict[str, Any] | None:
-        payload = real(self)
-        seen.append(payload is not None)
-        return payload
-
-    monkeypatch.setattr(chat.Resend, "reparse", spy)
-    return seen
 
 
 @pytest.mark.parametrize("conversation_id", ["resend", None])
@@ -257,7 +241,7 @@ def test_a_resent_prefix_is_recognised_and_its_objects_reused() -> None:
 
 @pytest.mark.parametrize("spaced", [False, True])
 def test_the_sdks_body_with_tools_after_the_messages_is_recognised(spaced: bool) -> None:
-    """The openai SDK sends `messages` first and `tools`, `stream` after: `]` in plenty."""
+    """The openai SDK sends `tools` (and the rest but `model` and `stream`) after `messages`."""
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"required": ["a]"]}}}]
     old = [system("s"), user("look ] here"), assistant("a [x]")]
     first = request(old, spaced=spaced, tools=tools, stream=True)
