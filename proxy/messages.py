@@ -62,8 +62,10 @@ def is_leading(message: Message) -> bool:
 
 
 def tool_calls(message: Message) -> list[dict[str, Any]]:
-    calls = message.get("tool_calls") if role(message) == "assistant" else None
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    calls = message.get("tool_calls")  # looked at first: most messages have none
+    if not isinstance(calls, list) or role(message) != "assistant":
+        return []
+    return [c for c in calls if isinstance(c, dict)]
 
 
 def tool_call_ids(message: Message) -> list[str]:

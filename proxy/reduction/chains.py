@@ -19,7 +19,7 @@ from ..messages import Message, role, text_of, tool_call_ids
 __all__ = ["Unit", "active_index", "flatten", "group", "segment_starts"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unit:
     """Messages that are kept or dropped together.
 

@@ -27,8 +27,12 @@ def close_dangling(units: list[Unit]) -> list[Unit]:
     """Answer every unanswered call with a placeholder so the chain is complete."""
     out: list[Unit] = []
     for unit in units:
+        calls = unit.call_ids
+        if not calls:
+            out.append(unit)
+            continue
         answered = {m.get("tool_call_id") for m in unit.forward[1:]}
-        missing = [i for i in dict.fromkeys(unit.call_ids) if i not in answered]
+        missing = [i for i in dict.fromkeys(calls) if i not in answered]
         if not missing:
             out.append(unit)
             continue
