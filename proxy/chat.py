@@ -70,7 +70,7 @@ async def chat_completions(request: Request) -> Response:
     body = await read_body(request, ctx.settings.server.max_body_bytes)
     resend = Resend(ctx, request.headers, body)
     payload = parse_chat(body, resend, resend.reparse())
-    api_key = authorize(ctx, request)
+    authorize(ctx, request)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode = request.headers.get("x-context-mode", "full").strip().lower()
@@ -87,10 +87,7 @@ async def chat_completions(request: Request) -> Response:
     if ctx.settings.reduction.trigger_ratio == 0:
         strategy = "none"  # ensemble: a threshold of 0 disables compaction
     messages = as_messages(payload)
-    ident = conv.identify(
-        conv.tenant_of(api_key), request.headers.get("x-conversation-id"), messages
-    )
-    key = ConvKey(ident.tenant, ident.conversation)
+    key = resend.conversation(messages)
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
@@ -163,12 +160,11 @@ def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started:
     )
 
 
-def authorize(ctx: AppContext, request: Request) -> str:
+def authorize(ctx: AppContext, request: Request) -> None:
     api_key = bearer_token(request.headers)
     keys = ctx.settings.auth.client_keys
     if keys and not any(hmac.compare_digest(api_key.encode(), k.encode()) for k in keys):
         raise ProxyError(401, "Incorrect API key provided for this proxy.", code="invalid_api_key")
-    return api_key
 
 
 async def prepare(
@@ -413,25 +409,26 @@ class Resend:
 
     def __init__(self, ctx: AppContext, headers: Mapping[str, str], body: bytes) -> None:
         self.ctx = ctx
-        self.headers = headers
         self.body = body
+        self.tenant = conv.tenant_of(bearer_token(headers))
+        self.header = headers.get("x-conversation-id")
+        self.full = headers.get("x-context-mode", "full").strip().lower() == "full"
         self.key: ConvKey | None = None
         self.known: Known | None = None
         self.bounds: Bounds | None = None
         self.count = 0
         self.list_start = -1
-        self.tenant = ""
         self.reparsed = False
+        # This body's fingerprints, once looked up (a request without an id).
+        self.looked_up: list[tuple[str, int, bytes]] = []
 
-    def _full_mode(self) -> bool:
-        """Full-history mode and a tenant: the requests a remembered history can serve."""
-        if self.headers.get("x-context-mode", "full").strip().lower() != "full":
-            return False
-        try:
-            self.tenant = conv.tenant_of(bearer_token(self.headers))
-        except ProxyError:
-            return False
-        return True
+    def conversation(self, messages: list[Message]) -> ConvKey:
+        """The request's conversation (a 400 for a bad header): the one found already, if any."""
+        return self.key if self.key is not None else self._key(messages)
+
+    def _key(self, messages: list[Message]) -> ConvKey:
+        ident = conv.identify(self.tenant, self.header, messages)
+        return ConvKey(ident.tenant, ident.conversation)
 
     def _identify(self, messages: list[Message]) -> ConvKey | None:
         for message in messages:
@@ -440,20 +437,19 @@ class Resend:
             if not is_leading(message):
                 break
         try:
-            ident = conv.identify(self.tenant, self.headers.get("x-conversation-id"), messages)
+            return self._key(messages)
         except ProxyError:
             return None
-        return ConvKey(ident.tenant, ident.conversation)
 
     def reparse(self) -> dict[str, Any] | None:
         """The request parsed from its new bytes only, if it resends a remembered history."""
-        if not self._full_mode():
+        if not self.full:
             return None
-        header = self.headers.get("x-conversation-id")
-        if header:
-            keys: Sequence[Hashable] = [ConvKey(self.tenant, header)]
+        if self.header:
+            keys: Sequence[Hashable] = [ConvKey(self.tenant, self.header)]
         else:
-            found = (self.ctx.openings.get(f) for f in fingerprints(self.tenant, self.body))
+            self.looked_up = fingerprints(self.tenant, self.body)
+            found = (self.ctx.openings.get(f) for f in self.looked_up)
             keys = list(dict.fromkeys(k for k in found if k is not None))
         for key in keys:
             known = self.ctx.known.get(key)
@@ -472,7 +468,7 @@ class Resend:
     def __call__(self, payload: dict[str, Any]) -> int:
         if self.reparsed:
             return self.count
-        if not self._full_mode():
+        if not self.full:
             return 0
         messages: list[Message] = payload["messages"]
         self.key = self._identify(messages)
@@ -490,12 +486,14 @@ class Resend:
     def fingerprints(self, known: Known) -> list[tuple[str, int, bytes]]:
         """How the next request finds `known` without a conversation id (none with one).
 
-        Only the longest: a conversation whose start it shares has every
-        shorter one in common too, so those would not tell them apart.
+        Only the longest the resent part covers: a conversation whose start it
+        shares has every shorter one in common too, so those would not tell
+        them apart. Taken from the lookup's, which covered this whole body.
         """
-        if self.headers.get("x-conversation-id"):
+        if self.header:
             return []
-        return fingerprints(self.tenant, self.body, known.prefix_len)[:1]
+        found = self.looked_up or fingerprints(self.tenant, self.body)
+        return [f for f in found if f[1] <= known.prefix_len][:1]
 
 
 def _memo(known: Known | None, model: str, turn: conv.Turn) -> Tail | None:

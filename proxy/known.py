@@ -181,20 +181,14 @@ def reparse(body: bytes, known: Known | None) -> dict[str, Any] | None:
     replaced by one placeholder: it is valid JSON exactly when the body is,
     because the replaced bytes were valid elements last time. The placeholder
     then gives way to the remembered objects. None (parse it all) on any
-    doubt, including any `"messages"` after the cut: with two such keys the
-    last one counts, and it might not be the remembered one.
+    doubt, including any `"messages"` after the cut (see `_resends`).
     """
     if known is None or not 0 < known.list_start < known.prefix_len or not known.messages:
         return None
-    cut = known.prefix_len
-    if (
-        len(body) <= cut
-        or body.find(b'"messages"', cut) >= 0
-        or _digest(body, 0, cut) != known.prefix_digest
-    ):
+    if not _resends(body, known, len(body)):
         return None
     try:
-        parsed = orjson.loads(body[: known.list_start] + _PLACEHOLDER + body[cut:])
+        parsed = orjson.loads(body[: known.list_start] + _PLACEHOLDER + body[known.prefix_len :])
     except orjson.JSONDecodeError:
         return None  # the full parse says what is wrong
     if not isinstance(parsed, dict):
@@ -207,11 +201,12 @@ def reparse(body: bytes, known: Known | None) -> dict[str, Any] | None:
     return payload
 
 
-def fingerprints(tenant: str, body: bytes, stop: int | None = None) -> list[tuple[str, int, bytes]]:
-    """Keys of `body`'s first bytes for every length in FINGERPRINT_LENGTHS up to `stop` (the
-    body's length), longest first: how a conversation without an id is found before parsing."""
-    stop = len(body) if stop is None else stop
-    return [(tenant, n, _digest(body, 0, n)) for n in reversed(FINGERPRINT_LENGTHS) if n <= stop]
+def fingerprints(tenant: str, body: bytes) -> list[tuple[str, int, bytes]]:
+    """Keys of `body`'s first bytes for every length in FINGERPRINT_LENGTHS it covers, longest
+    first: how a conversation without an id is found before its body is parsed."""
+    return [
+        (tenant, n, _digest(body, 0, n)) for n in reversed(FINGERPRINT_LENGTHS) if n <= len(body)
+    ]
 
 
 def remember(body: bytes, bounds: Bounds | None) -> tuple[int, bytes, int, bytes]:
@@ -236,15 +231,8 @@ def resent(known: Known | None, messages: list[Message], body: bytes, bounds: Bo
     """
     if known is None or not known.messages or not messages:
         return 0
-    n, cut = len(known.messages), known.prefix_len
-    if (
-        bounds is not None
-        and 0 < cut <= bounds.end
-        and n <= len(messages)
-        and _next_token(body, cut) in b",]"
-        and body.find(b'"messages"', cut, bounds.end) < 0  # a second `messages` key
-        and _digest(body, 0, cut) == known.prefix_digest
-    ):
+    n = len(known.messages)
+    if bounds is not None and n <= len(messages) and _resends(body, known, bounds.end):
         messages[:n] = known.messages
         return n
     n = _common(known.messages, messages)
@@ -254,17 +242,27 @@ def resent(known: Known | None, messages: list[Message], body: bytes, bounds: Bo
     return 0
 
 
+def _resends(body: bytes, known: Known, stop: int) -> bool:
+    """Whether `body` starts with `known`'s bytes up to the end of its last message, and holds
+    no `"messages"` from there to `stop`: with two such keys the last one counts.
+
+    The bytes after the cut need no check: the same bytes before it leave a
+    parser just past an element of the message list, where only `,` or `]`
+    can follow in valid JSON, and the body is parsed (or is being) anyway.
+    """
+    cut = known.prefix_len
+    return (
+        0 < cut <= stop
+        and body.find(b'"messages"', cut, stop) < 0
+        and _digest(body, 0, cut) == known.prefix_digest
+    )
+
+
 def _skip(body: bytes, at: int) -> int:
     """The index of the first byte at or after `at` that is not JSON whitespace."""
     while at < len(body) and body[at] in _SPACE:
         at += 1
     return at
-
-
-def _next_token(body: bytes, at: int) -> int:
-    """The first byte at or after `at` that is not JSON whitespace; 0 at the end."""
-    at = _skip(body, at)
-    return body[at] if at < len(body) else 0
 
 
 def _common(old: Sequence[Message], new: Sequence[Message]) -> int:

@@ -33,6 +33,13 @@ def stored_heads(path: Path) -> set[str]:
         db.close()
 
 
+def store_with(monkeypatch: pytest.MonkeyPatch, path: Path, **limits: int) -> SqliteStore:
+    """A store on `path` with the memory's limits (`RECENT_BYTES`, ...) set for the test."""
+    for name, value in limits.items():
+        monkeypatch.setattr(sqlite_store, name, value)
+    return SqliteStore(str(path))
+
+
 def request(turns: int) -> list[Message]:
     """The request of turn `turns + 1` in the `history` conversation."""
     return [*history(turns), user(f"question {turns}")]
@@ -93,8 +100,7 @@ async def test_lookups_never_followed_by_a_turn_stay_within_the_byte_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each lookup the file answered is remembered; those whose turn never came still count."""
-    monkeypatch.setattr(sqlite_store, "RECENT_BYTES", 20_000)
-    store = SqliteStore(str(tmp_path / "lookups.db"))
+    store = store_with(monkeypatch, tmp_path / "lookups.db", RECENT_BYTES=20_000)
     for i in range(500):  # requests whose upstream failed: nothing committed
         assert await store.find_snapshot(ConvKey("a" * 64, f"failed-{i}"), ["h"]) is None
     await store.close()
@@ -187,8 +193,7 @@ async def test_a_forgotten_snapshot_later_in_the_history_wins_over_a_remembered_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The memory holds the newest turns; the file's answer is the longest matching prefix."""
-    monkeypatch.setattr(sqlite_store, "RECENT_SNAPSHOTS", 2)
-    store = SqliteStore(str(tmp_path / "branches.db"))
+    store = store_with(monkeypatch, tmp_path / "branches.db", RECENT_SNAPSHOTS=2)
     first = turn(ALICE, request(0))
     await store.commit(first)
     long = turn(ALICE, [*first.working, user("the long branch")])
@@ -289,8 +294,7 @@ async def test_the_memory_of_recent_turns_stays_within_its_byte_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Conversations past the budget are forgotten first; their lookups read the file."""
-    monkeypatch.setattr(sqlite_store, "RECENT_BYTES", 20_000)
-    store = SqliteStore(str(tmp_path / "budget.db"))
+    store = store_with(monkeypatch, tmp_path / "budget.db", RECENT_BYTES=20_000)
     keys = [ConvKey("a" * 64, f"chat-{i}") for i in range(40)]
     state = {"summary": "s" * 900}  # about 1 KB a snapshot
     for key in keys:

@@ -471,7 +471,7 @@ class SqliteStore(search.Searchable):
         texts = None if layout is not None else [dumps(m) for m in turn.working]
         chain = None if layout is None else dumps([layout.leading, layout.start, layout.hashes[-1]])
         # The first new message's parent: archived, or none (a whole history).
-        parent = entries[0][1] if entries else ""
+        first_parent = entries[0][1] if entries else ""
         if self._closed:
             raise StoreError("the SQLite store is closed")
         cached = (snap.position, state, snap.created_at)
@@ -509,7 +509,7 @@ class SqliteStore(search.Searchable):
                     snap.position,
                     state,
                     now,
-                    chain if parent == "" else None,
+                    chain if first_parent == "" else None,
                     chain,
                 ),
             ).fetchall()[0]
@@ -524,7 +524,7 @@ class SqliteStore(search.Searchable):
                 " VALUES (?, ?, ?, ?)",
                 [(cid, h, parent, message) for h, parent, message in entries],
             )
-            if described is not None and parent and not _archived(db, cid, parent):
+            if described is not None and first_parent and not _archived(db, cid, first_parent):
                 # Turns of an earlier life of this conversation (deleted or expired
                 # since this turn's lookup): its chain lacks its start for good.
                 db.execute("UPDATE conversations SET working_chain = NULL WHERE id = ?", (cid,))
