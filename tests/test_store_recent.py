@@ -302,6 +302,10 @@ async def test_the_memory_of_recent_turns_stays_within_its_byte_budget(
         await store.commit(turn(key, request(1), state=state))
     held = store._recent.currsize
     assert 0 < held <= 20_000 and len(store._recent) < len(keys)
+    # Each entry's weight, kept as snapshots come and go, is what it holds.
+    for recent in store._recent.values():
+        states = [state for _, state, _ in recent.snapshots.values()]
+        assert recent.weight == 200 + sum(len(state) + 200 for state in states)
     assert keys[0] not in store._recent and keys[-1] in store._recent
     oldest = await store.find_snapshot(keys[0], chain_hashes(request(2)))
     newest = await store.find_snapshot(keys[-1], chain_hashes(request(2)))

@@ -805,22 +805,27 @@ class _Recent:
     hidden: int
     updated_at: float
     snapshots: dict[str, tuple[int, str, float]] = field(default_factory=dict)  # oldest first
-
-    @property
-    def weight(self) -> int:
-        """Roughly its bytes: 200 for itself and for each snapshot, and the snapshots' states.
-
-        Never 0, so that conversations looked up but never committed (their
-        upstream failed, say) also count against the budget.
-        """
-        return 200 + sum(len(state) + 200 for _, state, _ in self.snapshots.values())
+    # Roughly its bytes: 200 for itself and for each snapshot, and the snapshots'
+    # states. Never 0, so that conversations looked up but never committed
+    # (their upstream failed, say) also count against the budget. Kept as
+    # snapshots come and go, because the cache weighs an entry at every turn.
+    weight: int = 200
 
     def add(self, head: str, cached: tuple[int, str, float], now: float, limit: int) -> None:
-        self.snapshots.pop(head, None)
-        self.snapshots[head] = cached
-        while len(self.snapshots) > limit:
-            self.hidden = max(self.hidden, self.snapshots.pop(next(iter(self.snapshots)))[0])
+        snapshots = self.snapshots
+        self._drop(head)
+        snapshots[head] = cached
+        self.weight += len(cached[1]) + 200
+        while len(snapshots) > limit:
+            oldest = next(iter(snapshots))
+            self.hidden = max(self.hidden, snapshots[oldest][0])
+            self._drop(oldest)
         self.updated_at = now
+
+    def _drop(self, head: str) -> None:
+        dropped = self.snapshots.pop(head, None)
+        if dropped is not None:
+            self.weight -= len(dropped[1]) + 200
 
     def find(self, heads: Sequence[str]) -> Snapshot | None:
         """The match latest in `heads` past `hidden`; None: none there (look in the file)."""
