@@ -1,10 +1,11 @@
 """`python -m bench [--quick] [--out FILE.json]`: start everything, measure, print, stop.
 
 One run starts, on 127.0.0.1 and each in its own process: the mock
-upstream, the three pass-through floors, and the proxy twice (SQLite store
-and memory store, strategy summarize; `none` runs ask for it per request
-with `X-Context-Strategy`). Every process is stopped on the way out, also
-after an error or Ctrl-C.
+upstream, the three pass-through floors, LiteLLM's proxy where it is
+installed (`--litellm`, see bench/litellm.py), and the proxy twice (SQLite
+store and memory store, strategy summarize; `none` runs ask for it per
+request with `X-Context-Strategy`). Every process is stopped on the way
+out, also after an error or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import orjson
 
+from . import litellm
 from .bodies import STEADY_MODEL, STEADY_WINDOW
 from .floors import KINDS
-from .matrix import Plan, run_matrix
+from .matrix import LITELLM, Plan, run_matrix
 from .memory import MemoryCost, memory_cost
 from .procs import Fleet, Server, fleet, free_port
 from .report import REF_FLOOR, render
@@ -76,11 +78,15 @@ strategy = "summarize"
     return path
 
 
-def start_all(f: Fleet, workdir: Path, proxy_src: Path | None) -> dict[str, Server]:
+def start_all(
+    f: Fleet, workdir: Path, proxy_src: Path | None, litellm_exe: Path | None
+) -> dict[str, Server]:
     servers: dict[str, Server] = {}
     port = free_port()
     mock = f.start("mock", ["-m", "bench.mock_upstream", "--port", str(port)], port=port)
     servers["direct"] = mock
+    if litellm_exe is not None:
+        servers[LITELLM] = litellm.start(f, litellm_exe, free_port(), mock.url)
     for kind in KINDS:
         port = free_port()
         args = [
@@ -151,7 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         help="run the proxy package found in this directory (e.g. an export of another commit)",
     )
     parser.add_argument("--keep-logs", type=Path, help="copy the servers' logs to this directory")
+    parser.add_argument(
+        "--litellm",
+        type=Path,
+        help="the `litellm` executable of a LiteLLM proxy install, measured as a baseline "
+        "(default: `litellm` on PATH, if any; see bench/litellm.py)",
+    )
     args = parser.parse_args(argv)
+    litellm_exe = litellm.find(args.litellm)
     plan = QUICK if args.quick else FULL
     started = time.monotonic()
     try:
@@ -163,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with fleet(workdir) as f:
                 _say(f"starting servers in {workdir} ...")
-                servers = start_all(f, workdir, args.proxy_src)
+                if litellm_exe is not None:
+                    _say(f"measuring LiteLLM's proxy too: {litellm_exe}")
+                servers = start_all(f, workdir, args.proxy_src, litellm_exe)
                 coro = measure(servers, plan, workdir, args.verbose)
                 text, data = uvloop.run(coro) if uvloop else asyncio.run(coro)
         except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from .procs import Server
 
 FLOORS = ("httpx", "httpx-aiohttp", "aiohttp")
 BASELINES = ("direct", *FLOORS)
+LITELLM = "litellm"  # measured only where installed (see bench/litellm.py), small bodies only
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,18 @@ TEMPLATES: dict[str, Callable[[bool], Template]] = {
 }
 
 
-def cells() -> Iterator[list[Cell]]:
-    """Scenario by scenario, the cells to run back to back."""
+def cells(litellm: bool = False) -> Iterator[list[Cell]]:
+    """Scenario by scenario, the cells to run back to back.
+
+    LiteLLM serves about a tenth of the proxy's requests a second; the
+    small bodies, where issue 5 compares with it, are enough.
+    """
     for body in ("small", "large", "steady"):
         for stream in (False, True):
             for c in (1, 32):
                 group = [Cell(t, body, c, stream) for t in BASELINES]
+                if litellm and body == "small":
+                    group.append(Cell(LITELLM, body, c, stream))
                 strategies = ("summarize",) if body == "steady" else ("none", "summarize")
                 group += [Cell("proxy", body, c, stream, s) for s in strategies]
                 if c == 32 and not stream and body != "large":
@@ -80,7 +87,7 @@ async def run_matrix(
     templates = {(n, s): f(s) for n, f in TEMPLATES.items() for s in (False, True)}
     results: dict[str, list[RunResult]] = {}
     for rep in range(plan.reps):
-        for group in cells():
+        for group in cells(litellm=LITELLM in servers):
             for cell in group:
                 server = servers[cell.target]
                 template = templates[(cell.body, cell.stream)]

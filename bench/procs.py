@@ -83,11 +83,14 @@ class Fleet:
         env: Mapping[str, str] | None = None,
         health: str = "/healthz",
         cwd: Path | None = None,
+        executable: str = sys.executable,
+        timeout: float = 30.0,
     ) -> Server:
+        """Run `executable` (this Python by default) with `args`; return once `health` answers."""
         log = self.workdir / f"{name}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
-                [sys.executable, *args],
+                [executable, *args],
                 cwd=cwd or ROOT,
                 env={**os.environ, **(env or {})},
                 stdout=out,
@@ -96,7 +99,7 @@ class Fleet:
             )
         server = Server(name, port, popen, log)
         self.servers.append(server)
-        _wait_ready(server, health)
+        _wait_ready(server, health, timeout)
         return server
 
     def stop(self) -> None:
@@ -113,7 +116,7 @@ class Fleet:
         self.servers.clear()
 
 
-def _wait_ready(server: Server, path: str, timeout: float = 30.0) -> None:
+def _wait_ready(server: Server, path: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.popen.poll() is not None:

@@ -1,7 +1,8 @@
 """The printed table: medians of repetitions, turned into ratios and targets.
 
-Every ratio compares figures taken in the same run. The only figure not
-measured here is LiteLLM's, quoted from issue 5 and labelled as such.
+Every ratio compares figures taken in the same run. LiteLLM's proxy is
+measured too where it is installed (see bench/litellm.py); without it, its
+figure is the one issue 5 quotes, labelled as such.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .load import RunResult
-from .matrix import BASELINES, FLOORS, Cell, cells
+from .matrix import BASELINES, FLOORS, LITELLM, Cell, cells
 from .memory import MemoryCost
 from .turns import TurnCost
 from .waits import ANSWER_DELAY_S, SUMMARY_DELAY_S, Waits
 
-LITELLM_SMALL_C32_RPS = 108.0  # issue 5's published reference, 1 worker; not measured here
+LITELLM_SMALL_C32_RPS = 108.0  # issue 5's published reference, 1 worker, for runs without LiteLLM
 REF_FLOOR = "httpx-aiohttp"
 SHORT = {"direct": "dir", "httpx": "hx", "httpx-aiohttp": "hxa", "aiohttp": "aio"}
 
@@ -76,6 +77,7 @@ def render(
 ) -> tuple[str, dict[str, Any]]:
     """The report text and the figures behind it (for --out)."""
     fig = {k: medians(v) for k, v in results.items()}
+    litellm = Cell(LITELLM, "small", 32, False).key in fig  # installed and measured
     out: list[str] = []
     ratios = " / ".join(SHORT[b] for b in BASELINES)
     header = [
@@ -92,10 +94,10 @@ def render(
         "reduction (proxy answers)",
     ]
     rows = []
-    for group in cells():
+    for group in cells(litellm):
         base = {c.target: fig[c.key] for c in group if c.target in BASELINES}
         for cell in group:
-            if cell.target in BASELINES:
+            if cell.target in BASELINES or cell.target == LITELLM:
                 continue
             f = fig[cell.key]
             rows.append(
@@ -125,13 +127,23 @@ def render(
     out.append("")
     out.append("Baselines (absolute, medians):")
     base_rows = []
-    for group in cells():
+    for group in cells(litellm):
         for cell in group:
-            if cell.target in BASELINES and not (cell.stream and cell.body == "steady"):
+            if cell.target in (*BASELINES, LITELLM) and not (cell.stream and cell.body == "steady"):
                 f = fig[cell.key]
                 cpu = "-" if f.cpu_ms is None else f"{f.cpu_ms:.2f}"
                 base_rows.append([cell.key, f"{f.rps:.0f}", f"{f.p50:.2f}", f"{f.p99:.1f}", cpu])
     out += _table(["baseline", "req/s", "p50 ms", "p99 ms", "CPU ms/req"], base_rows)
+    if litellm:
+        out.append("")
+        out.append(
+            "Against LiteLLM's proxy, measured in this run (1 worker, master key, no database), "
+            "on the same small bodies; the proxy with strategy none:"
+        )
+        out += _table(
+            ["scenario", "LiteLLM req/s", "proxy req/s", "x", "LiteLLM p50", "proxy p50", "x"],
+            _against_litellm(fig),
+        )
 
     turn_rows, turn_figs = _turns(turn_reps)
     out.append("")
@@ -185,7 +197,7 @@ def render(
     )
 
     out.append("")
-    target_rows = _targets(fig, turn_figs)
+    target_rows = _targets(fig, turn_figs, litellm)
     met = "met" if waits.share <= 0.05 else "NOT MET"
     target_rows.append(
         [
@@ -197,13 +209,15 @@ def render(
     )
     out.append("Issue 5 targets (ratios measured in this run):")
     out += _table(["figure", "measured", "target", "met"], target_rows)
-    proxy_small = fig[Cell("proxy", "small", 32, False, "none").key].rps
-    out.append(
-        f"Reference, NOT measured here (no LiteLLM on this machine): issue 5 quotes LiteLLM "
-        f"proxy, 1 worker, at ~{LITELLM_SMALL_C32_RPS:.0f} req/s small c=32; the proxy's "
-        f"{proxy_small:.0f} req/s measured here is {proxy_small / LITELLM_SMALL_C32_RPS:.1f}x "
-        "that published figure (target >= 15x; different run, so indicative only)."
-    )
+    if not litellm:
+        proxy_small = fig[Cell("proxy", "small", 32, False, "none").key].rps
+        out.append(
+            f"Reference, NOT measured here (LiteLLM not installed; see bench/litellm.py): issue "
+            f"5 quotes LiteLLM proxy, 1 worker, at ~{LITELLM_SMALL_C32_RPS:.0f} req/s small "
+            f"c=32; the proxy's {proxy_small:.0f} req/s measured here is "
+            f"{proxy_small / LITELLM_SMALL_C32_RPS:.1f}x that published figure (target >= 15x; "
+            "different run, so indicative only)."
+        )
     data = {
         "cells": {k: vars(v) for k, v in fig.items()},
         "raw": {
@@ -255,8 +269,28 @@ def _turns(
     return rows, figs
 
 
+def _against_litellm(fig: Mapping[str, Figures]) -> list[list[str]]:
+    rows = []
+    for c in (1, 32):
+        for stream in (False, True):
+            theirs = fig[Cell(LITELLM, "small", c, stream).key]
+            ours = fig[Cell("proxy", "small", c, stream, "none").key]
+            rows.append(
+                [
+                    Cell("proxy", "small", c, stream).key.removeprefix("proxy "),
+                    f"{theirs.rps:.0f}",
+                    f"{ours.rps:.0f}",
+                    _r(_ratio(ours.rps, theirs.rps)),
+                    f"{theirs.p50:.2f}",
+                    f"{ours.p50:.2f}",
+                    _r(_ratio(ours.p50, theirs.p50)),
+                ]
+            )
+    return rows
+
+
 def _targets(
-    fig: Mapping[str, Figures], turns: Mapping[int, tuple[float, float]]
+    fig: Mapping[str, Figures], turns: Mapping[int, tuple[float, float]], litellm: bool
 ) -> list[list[str]]:
     def get(target: str, body: str, c: int, strategy: str = "", stream: bool = False) -> Figures:
         return fig[Cell(target, body, c, stream, strategy).key]
@@ -282,6 +316,13 @@ def _targets(
         ">= 3x",
         lambda v: v >= 3,
     )
+    if litellm:
+        check(
+            "req/s small c=32 none / LiteLLM proxy (measured)",
+            _ratio(small_none.rps, get(LITELLM, "small", 32).rps),
+            ">= 15x",
+            lambda v: v >= 15,
+        )
     steady = get("proxy", "steady", 32, "summarize")
     check(
         "req/s summarize steady c=32 / httpx-aiohttp floor (same body)",
