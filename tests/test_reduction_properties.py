@@ -6,21 +6,26 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from proxy.messages import Message, last_user_index, role, text_of, tool_call_ids
 from proxy.reduction import (
+    _STRATEGIES,
     STRATEGIES,
     Budget,
     ContextTooLarge,
     Policy,
     Reduction,
     ReductionState,
+    SummaryBlock,
     SummaryRequest,
+    Tail,
     Working,
     reduce,
 )
+from proxy.reduction.layout import Context
+from proxy.reduction.summarize import under_threshold
 from tests.factories import assistant, call, developer, system, tool, user
 
 
@@ -236,13 +241,14 @@ def test_a_reused_tail_gives_the_same_reduction_as_grouping_afresh(
     leading, body = conv
     split = data.draw(st.integers(0, len(body)), label="split")
     try:
-        earlier = reduce(Working(tuple(leading), tuple(body[:split])), policy, budget, count)
-        fresh = reduce(Working(tuple(leading), tuple(body)), policy, budget, count)
+        earlier = grouped(Working(tuple(leading), tuple(body[:split])), policy, budget)
+        fresh = grouped(Working(tuple(leading), tuple(body)), policy, budget)
     except ContextTooLarge:
         return
     assert earlier.tail is not None and fresh.tail is not None
-    reused = reduce(Working(tuple(leading), tuple(body)), policy, budget, count, memo=earlier.tail)
+    reused = grouped(Working(tuple(leading), tuple(body)), policy, budget, memo=earlier.tail)
     assert reused == fresh
+    assert reduce(Working(tuple(leading), tuple(body)), policy, budget, count) == fresh
     assert reused.tail is not None and reused.tail.units == fresh.tail.units
     for name in ("sizes", "token_sums", "message_sums", "forward", "forward_sums", "repaired"):
         assert getattr(reused.tail, name) == getattr(fresh.tail, name), name
@@ -253,7 +259,15 @@ def test_a_reused_tail_gives_the_same_reduction_as_grouping_afresh(
             expected = reduce(later, policy, budget, count)
         except ContextTooLarge:
             return
-        assert reduce(later, policy, budget, count, memo=rest) == expected
+        assert grouped(later, policy, budget, memo=rest) == expected
+
+
+def grouped(
+    working: Working, policy: Policy, budget: Budget, memo: Tail | None = None
+) -> Reduction:
+    """`reduce` without its shortcut for short plain histories (`under_threshold`): the tail is
+    always grouped, so the result carries it for the next turn."""
+    return _STRATEGIES[policy.strategy](Context.build(working, policy, budget, count, {}, memo))
 
 
 def test_unknown_strategy_is_rejected() -> None:
@@ -322,3 +336,48 @@ def test_running_summary_keys_equal_keys_hashed_afresh(
         evicted = tuple(m for u in tail.units[:d] for m in u.messages)
         assert tail.evicted_messages(d) == evicted
         assert tail.evicted_key(previous, d) == summary_key(previous, evicted)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(conversations(), broken()), budgets, st.data())
+def test_a_history_under_every_threshold_is_reduced_as_grouping_it_would(
+    conv: tuple[list[Message], list[Message]], budget: Budget, data: st.DataObject
+) -> None:
+    """`under_threshold` skips grouping only where grouping would forward the history as it came."""
+    leading, body = conv
+    if data.draw(st.booleans(), label="plain"):  # most histories have no tool round
+        body = [m for m in body if "tool_calls" not in m and role(m) != "tool"]
+    policy = Policy(
+        strategy="summarize",
+        single_summary=data.draw(st.booleans(), label="single"),
+        summarize_by=data.draw(st.sampled_from(["tokens", "messages", "both"]), label="by"),
+        prepare_ratio=data.draw(st.sampled_from([0.0, 0.5, 0.8, 1.0]), label="prepare"),
+    )
+    start = data.draw(st.integers(0, len(body)), label="tail_start")
+    blocks = data.draw(st.sampled_from([(), (SummaryBlock("the talk so far", start),)]))
+    working = Working(tuple(leading), tuple(body[start:]), ReductionState(start, blocks))
+    quick = under_threshold(working, policy, budget, count)
+    try:
+        full = grouped(working, policy, budget)
+    except ContextTooLarge:
+        assert quick is None
+        return
+    event("skipped grouping" if quick is not None else "grouped")
+    if quick is not None:
+        assert quick == full
+        assert reduce(working, policy, budget, count) == full
+
+
+def test_a_short_plain_history_is_forwarded_without_grouping() -> None:
+    leading = (system("be brief"),)
+    tail = (user("hi"), assistant("hello"), user("how are you?"))
+    for blocks in ((), (SummaryBlock("earlier", 2),)):
+        working = Working(leading, tail, ReductionState(2 if blocks else 0, blocks))
+        quick = under_threshold(working, Policy(), Budget(context_tokens=128_000), count)
+        assert quick is not None and quick == grouped(working, Policy(), Budget(128_000))
+        assert quick.kinds == (("reused",) if blocks else ("none",))
+    # A tool round in the tail, or a history past the mark, takes the grouped path.
+    with_tool = Working(leading, (user("q"), assistant(None, tool_calls=[call("c1")])))
+    assert under_threshold(with_tool, Policy(), Budget(context_tokens=128_000), count) is None
+    crowded = Working(leading, tail)
+    assert under_threshold(crowded, Policy(), Budget(context_tokens=30), count) is None

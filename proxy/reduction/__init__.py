@@ -14,7 +14,7 @@ from types import MappingProxyType
 from .filter import reduce_filter
 from .layout import SUMMARY_HEADER, Context, summary_key, summary_message
 from .repair import repair
-from .summarize import reduce_summarize
+from .summarize import reduce_summarize, under_threshold
 from .tail import Tail
 from .tiered import reduce_tiered
 from .truncate import truncate_text
@@ -89,4 +89,7 @@ def reduce(
     strategy = _STRATEGIES.get(policy.strategy)
     if strategy is None:
         raise ValueError(f"unknown reduction strategy {policy.strategy!r}")
+    quick = under_threshold(working, policy, budget, count)
+    if quick is not None:
+        return quick
     return strategy(Context.build(working, policy, budget, count, summaries, memo))

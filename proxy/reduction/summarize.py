@@ -38,8 +38,62 @@ from dataclasses import replace
 from functools import partial
 
 from ..messages import Message
-from .layout import Context, finish, summary_key
-from .types import ContextTooLarge, Reduction, SummaryBlock, SummaryRequest
+from ..tokens import REPLY_PRIMING
+from .layout import Context, finish, summary_key, summary_message
+from .types import (
+    Budget,
+    ContextTooLarge,
+    Counter,
+    Policy,
+    Reduction,
+    ReductionState,
+    SummaryBlock,
+    SummaryRequest,
+    Working,
+)
+
+# Longer tails go through `reduce_summarize` with the memo, which costs what the
+# new messages cost; checking a tail here costs what all of it costs.
+QUICK_TAIL = 64
+
+
+def under_threshold(
+    working: Working, policy: Policy, budget: Budget, count: Counter
+) -> Reduction | None:
+    """The result `reduce_summarize` gives a short history far from every threshold, or None.
+
+    Most turns of most conversations are such turns, and for them grouping
+    the tail into units, repairing it and laying it out (30-45 us for a few
+    messages) only to forward it as it came is wasted: without a tool call
+    or result in it, every message is a unit of its own that repair leaves
+    alone, and under the limit nothing is cut. The result carries no `tail`,
+    so the next turn past these bounds groups its tail afresh, once.
+    """
+    tail = working.tail
+    if policy.strategy != "summarize" or len(tail) > QUICK_TAIL:
+        return None
+    if policy.summarize_by != "tokens" and len(tail) > (
+        budget.target_messages + budget.threshold_messages
+    ):
+        return None
+    for message in tail:
+        if "tool_calls" in message or message.get("role") == "tool":
+            return None
+    blocks = working.state.summaries
+    summary = summary_message(blocks)
+    head = (*working.leading, summary) if summary is not None else working.leading
+    total = sum(map(count, head)) + sum(map(count, tail))
+    mark = policy.prepare_ratio * budget.limit if policy.prepare_ratio > 0 else budget.limit
+    if total > min(mark, budget.limit):
+        return None
+    state = working.state
+    return Reduction(
+        messages=(*head, *tail),
+        state=ReductionState(state.tail_start, tuple(blocks), state.extra),
+        kinds=("reused",) if blocks else ("none",),
+        tokens_out=total + REPLY_PRIMING,
+        reason="under threshold",
+    )
 
 
 def reduce_summarize(ctx: Context) -> Reduction:
