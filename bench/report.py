@@ -277,7 +277,7 @@ def _against_litellm(fig: Mapping[str, Figures]) -> list[list[str]]:
             ours = fig[Cell("proxy", "small", c, stream, "none").key]
             rows.append(
                 [
-                    Cell("proxy", "small", c, stream).key.removeprefix("proxy "),
+                    f"small c={c} {'stream' if stream else 'json'}",
                     f"{theirs.rps:.0f}",
                     f"{ours.rps:.0f}",
                     _r(_ratio(ours.rps, theirs.rps)),

@@ -380,4 +380,25 @@ def test_a_short_plain_history_is_forwarded_without_grouping() -> None:
     with_tool = Working(leading, (user("q"), assistant(None, tool_calls=[call("c1")])))
     assert under_threshold(with_tool, Policy(), Budget(context_tokens=128_000), count) is None
     crowded = Working(leading, tail)
-    assert under_threshold(crowded, Policy(), Budget(context_tokens=30), count) is None
+    for prepare_ratio in (0.8, 0.0):  # 0: nothing is prepared, the limit alone decides
+        policy = Policy(prepare_ratio=prepare_ratio)
+        assert under_threshold(crowded, policy, Budget(context_tokens=30), count) is None
+    # Under the limit but past the preparation mark: the grouped path asks for a
+    # summary to be prepared in the background, so the shortcut must not answer.
+    talk = tuple(
+        m
+        for i in range(4)
+        for m in (user(f"question {i} " + "word " * 20), assistant(f"answer {i} " + "word " * 20))
+    )[:-1]
+    near = Working(leading, talk)
+    budget = Budget(context_tokens=319)
+    assert sum(map(count, leading + talk)) <= budget.limit
+    assert grouped(near, Policy(), budget).prepare
+    assert under_threshold(near, Policy(), budget, count) is None
+    # Far under the tokens but past `target + threshold` messages, counted by messages.
+    by_count, few = (
+        Policy(summarize_by="messages"),
+        Budget(128_000, target_messages=3, threshold_messages=1),
+    )
+    assert grouped(near, by_count, few).summary_requests
+    assert under_threshold(near, by_count, few, count) is None

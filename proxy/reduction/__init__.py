@@ -65,6 +65,12 @@ _STRATEGIES: Mapping[str, Callable[[Context], Reduction]] = MappingProxyType(
     }
 )
 
+# A strategy's result for a turn it can tell at a glance it leaves as it came,
+# or None: then the tail is grouped (`Context.build`) and the strategy runs.
+_SHORTCUTS: Mapping[str, Callable[[Working, Policy, Budget, Counter], Reduction | None]] = (
+    MappingProxyType({"summarize": under_threshold})
+)
+
 _NO_SUMMARIES: Mapping[str, str] = MappingProxyType({})
 
 
@@ -89,7 +95,8 @@ def reduce(
     strategy = _STRATEGIES.get(policy.strategy)
     if strategy is None:
         raise ValueError(f"unknown reduction strategy {policy.strategy!r}")
-    quick = under_threshold(working, policy, budget, count)
+    shortcut = _SHORTCUTS.get(policy.strategy)
+    quick = shortcut(working, policy, budget, count) if shortcut is not None else None
     if quick is not None:
         return quick
     return strategy(Context.build(working, policy, budget, count, summaries, memo))

@@ -46,7 +46,6 @@ from .types import (
     Counter,
     Policy,
     Reduction,
-    ReductionState,
     SummaryBlock,
     SummaryRequest,
     Working,
@@ -66,11 +65,12 @@ def under_threshold(
     the tail into units, repairing it and laying it out (30-45 us for a few
     messages) only to forward it as it came is wasted: without a tool call
     or result in it, every message is a unit of its own that repair leaves
-    alone, and under the limit nothing is cut. The result carries no `tail`,
-    so the next turn past these bounds groups its tail afresh, once.
+    alone, and under the limit nothing is cut. The state goes on as it came.
+    The result carries no `tail`, so the next turn past these bounds groups
+    its tail afresh, once.
     """
     tail = working.tail
-    if policy.strategy != "summarize" or len(tail) > QUICK_TAIL:
+    if len(tail) > QUICK_TAIL:
         return None
     if policy.summarize_by != "tokens" and len(tail) > (
         budget.target_messages + budget.threshold_messages
@@ -83,13 +83,13 @@ def under_threshold(
     summary = summary_message(blocks)
     head = (*working.leading, summary) if summary is not None else working.leading
     total = sum(map(count, head)) + sum(map(count, tail))
-    mark = policy.prepare_ratio * budget.limit if policy.prepare_ratio > 0 else budget.limit
-    if total > min(mark, budget.limit):
+    limit = budget.limit
+    soon = policy.prepare_ratio > 0 and total > policy.prepare_ratio * limit
+    if total > limit or soon:
         return None
-    state = working.state
     return Reduction(
         messages=(*head, *tail),
-        state=ReductionState(state.tail_start, tuple(blocks), state.extra),
+        state=working.state,
         kinds=("reused",) if blocks else ("none",),
         tokens_out=total + REPLY_PRIMING,
         reason="under threshold",
