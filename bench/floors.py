@@ -26,7 +26,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy.config import UpstreamSettings
+
 KINDS = ("httpx", "httpx-aiohttp", "aiohttp")
+# Idle upstream connections are kept as long as the proxy keeps them: below the
+# mock's (uvicorn's) 5 s, so no request meets a connection the mock is closing.
+# httpx's default is the same 5 s, which made the floors answer an occasional
+# 500, or reset the bench's connection, after a few idle seconds.
+KEEPALIVE_S = UpstreamSettings().keepalive_s
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "host"})
 SEND_HEADERS = {"content-type": "application/json", "accept-encoding": "identity"}
 
@@ -40,7 +47,9 @@ def httpx_app(upstream: str, kind: str) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+        limits = httpx.Limits(
+            max_connections=512, max_keepalive_connections=512, keepalive_expiry=KEEPALIVE_S
+        )
         transport: httpx.AsyncBaseTransport | None = None
         if kind == "httpx-aiohttp":
             from httpx_aiohttp import AiohttpTransport
@@ -71,7 +80,7 @@ def aiohttp_app(upstream: str) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        connector = aiohttp.TCPConnector(limit=512)
+        connector = aiohttp.TCPConnector(limit=512, keepalive_timeout=KEEPALIVE_S)
         async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
             yield {"session": session}
 
