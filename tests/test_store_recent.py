@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import proxy.store.sqlite as sqlite_store
 from proxy.messages import Message, chain_hashes
 from proxy.store import ConvKey, Snapshot, SqliteStore, StoreError
+from proxy.store.schema import MIGRATIONS, m006_data_version, migrate
 from tests.factories import system, user
 from tests.test_store import ALICE, history, turn
 
@@ -146,7 +147,7 @@ async def test_reads_and_close_wait_for_queued_turns(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_another_writers_turns_are_seen_through_the_change_counter(
+async def test_another_replicas_turns_are_seen_through_the_data_version(
     tmp_path: Path,
 ) -> None:
     """Two replicas on one file: neither answers from a memory the other made stale."""
@@ -264,29 +265,51 @@ def test_lookups_match_the_file_whatever_the_order_of_turns_and_writers(
         sqlite_store.RECENT_SNAPSHOTS = original
 
 
-def test_the_change_counter_moves_with_every_snapshot_change(tmp_path: Path) -> None:
-    """The triggers live in the file, so a writer running any code version moves it."""
-    path = tmp_path / "counter.db"
-    asyncio.run(SqliteStore(str(path)).close())  # creates the schema
+@pytest.mark.asyncio
+async def test_a_writer_outside_the_store_is_seen_whatever_it_changes(tmp_path: Path) -> None:
+    """The sqlite3 shell, or an older release, writes no counter: SQLite's data version moves."""
+    path = tmp_path / "shell.db"
+    store = SqliteStore(str(path))
+    first, second = turn(ALICE, request(0)), turn(ALICE, request(1))
+    await store.commit(first)
+    await store.commit(second)
+    remembered = await store.find_snapshot(ALICE, chain_hashes(request(2)))
+    assert remembered is not None and remembered.head == second.snapshot.head
+
+    shell = sqlite3.connect(path, isolation_level=None)
+    shell.execute("DELETE FROM snapshots WHERE head = ?", (second.snapshot.head,))
+    found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
+    assert found is not None and found.head == first.snapshot.head
+
+    shell.execute("UPDATE snapshots SET state = '{\"edited\": true}'")
+    found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
+    assert found is not None and found.state == {"edited": True}
+
+    shell.execute("DELETE FROM conversations")
+    shell.close()
+    assert await store.find_snapshot(ALICE, chain_hashes(request(2))) is None
+    await store.close()
+
+
+def test_m006_drops_the_counter_and_its_triggers_and_keeps_the_turns(tmp_path: Path) -> None:
+    """An older release then fails on the missing table instead of trusting a counter."""
+    path = tmp_path / "old.db"
     db = sqlite3.connect(path, isolation_level=None)
-
-    def counter() -> int:
-        return int(db.execute("SELECT value FROM change_counter").fetchone()[0])
-
-    start = counter()
+    migrate(db, MIGRATIONS[: MIGRATIONS.index(m006_data_version)])
     db.execute(
         "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
         " turns, created_at, updated_at) VALUES ('t', 'c', 'h', 1, '{}', '[]', 1, 0, 0)"
     )
-    cid = db.execute("SELECT id FROM conversations").fetchone()[0]
-    db.execute("INSERT INTO snapshots VALUES (?, 'h', 1, '{}', 0, 1)", (cid,))
-    after_insert = counter()
-    db.execute("UPDATE snapshots SET state = '{\"x\": 1}'")
-    after_update = counter()
-    db.execute("DELETE FROM conversations")  # cascades to the snapshot
-    after_delete = counter()
+    db.execute("INSERT INTO snapshots SELECT id, 'h', 1, '{}', 0, 1 FROM conversations")
+    assert migrate(db) == ["m006_data_version"]
+    assert db.execute("SELECT head FROM snapshots").fetchall() == [("h",)]
+    # A trigger left behind would fail these: its table is gone.
+    db.execute("UPDATE snapshots SET state = '{\"x\": 1}'")  # no trigger left to fire
+    db.execute("DELETE FROM conversations")
+    objects = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
     db.close()
-    assert start < after_insert < after_update < after_delete
+    assert "change_counter" not in objects
+    assert not {name for name in objects if name.endswith("_count")}
 
 
 @pytest.mark.asyncio

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy import conversation as conv
@@ -19,7 +19,7 @@ from proxy.messages import chain_hashes, message_hash
 from proxy.models import context_window
 from proxy.reduction.types import ReductionState, SummaryBlock
 from proxy.sse import SSEDecoder, StreamAssembler, message_from_completion
-from proxy.tokens import TokenCounter, encoding_name_for
+from proxy.tokens import RequestCounts, TokenCounter, encoding_name_for
 
 from .factories import assistant, call, system, tool, user
 
@@ -83,6 +83,27 @@ def test_counts_are_cached_per_message() -> None:
     first = len(calls)
     counter.count_messages("gpt-4o", [*history, user("new one")])
     assert len(calls) - first == 2  # only the new message's role and content
+
+
+@settings(deadline=None)  # the first example loads the encoding
+@given(
+    size=st.integers(min_value=0, max_value=120),
+    fresh=st.integers(min_value=0, max_value=120),
+    asked=st.lists(st.integers(min_value=0, max_value=130), max_size=60),
+)
+def test_request_counts_answer_every_message_as_the_counter_does(
+    size: int, fresh: int, asked: list[int]
+) -> None:
+    """Identity lookups, digest lookups or the map built after some misses: the same counts."""
+    counter = TokenCounter()
+    history = [user(f"message {i} " + "word " * (i % 7)) for i in range(size)]
+    known = [counter.count_message("gpt-4o", m) for m in history]
+    counts = RequestCounts(counter, "gpt-4o", history, counts=known, fresh=min(fresh, size))
+    for i in asked:
+        # Past the history: a message the core made (a copy, a truncation).
+        message = history[i] if i < size else user(f"made {i}")
+        assert counts(message) == counter.count_message("gpt-4o", message)
+    assert counts.total == 3 + sum(known)
 
 
 def test_offline_counting_falls_back_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:

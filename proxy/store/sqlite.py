@@ -18,9 +18,10 @@ wait=False)`): the process keeps the snapshots it committed, queued ones
 included, in memory (`_Recent`) and answers its own next lookup from there,
 and every other read of this process waits for the queued turns. Whether
 someone else (another replica, an operator's delete, the sweep) changed
-snapshots since is one read of a counter that triggers in the file keep
-(migration m004), so a replica never answers from a memory another one
-made stale. At one request at a time, writing before answering cost 0.2-0.4
+snapshots since is one read of the writing connection's `PRAGMA
+data_version`, which SQLite moves for every commit but that connection's own
+(migration m006), so a replica never answers from a memory another one made
+stale. At one request at a time, writing before answering cost 0.2-0.4
 ms of every turn.
 
 Checkpoints (copying the WAL back into the database file, with an fsync)
@@ -67,7 +68,7 @@ from proxy.store.base import (
     loads,
 )
 from proxy.store.schema import (
-    CHANGES,
+    DATA_VERSION,
     DELETE_IDLE,
     LIST_CONVERSATIONS,
     LIVE_POSITION,
@@ -157,9 +158,10 @@ class SqliteStore(search.Searchable):
         self._checkpoint_wake = threading.Event()
         self._unchecked_pages = 0
         self._last_checkpoint = time.monotonic()
-        # See `_Recent`. Valid while the file's change counter reads `_changes`.
+        # See `_Recent`. Valid while the writing connection's data version
+        # reads `_version`: nobody else committed since this process's last group.
         self._recent: LRUCache[ConvKey, _Recent] = LRUCache(RECENT_BYTES, getsizeof=_weight)
-        self._changes = -1
+        self._version = -1
         # The last turn of each conversation queued and not yet written (a
         # conversation's turns are written in order, so waiting for it waits for all).
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
@@ -168,7 +170,7 @@ class SqliteStore(search.Searchable):
             if self._file:
                 self._reader = self._open_reader()
                 self._here = self._connect(busy_timeout_s=0.0)
-                self._changes = int(self._reader.execute(CHANGES).fetchone()[0])
+                self._version = int(self._here.execute(DATA_VERSION).fetchone()[0])
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=False)
             self._checkpointer.shutdown(wait=False)
@@ -353,7 +355,6 @@ class SqliteStore(search.Searchable):
             jobs, self._queue = self._queue, []
         db = self._db
         results: list[tuple[bool, Any]] = []
-        changes: tuple[int, int] | None = None
         if jobs:
             try:
                 if db is None:
@@ -363,19 +364,21 @@ class SqliteStore(search.Searchable):
                 results = [(False, exc)] * len(jobs)
             else:
                 assert db is not None
-                results, changes = self._run_group(db, jobs)
+                # Another connection's data version: the file's lookups (and
+                # `_recent`) are the loop's connections' alone.
+                results, _ = self._run_group(db, jobs)
         with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
-            loop.call_soon_threadsafe(self._settle_group, jobs, results, changes)
+            loop.call_soon_threadsafe(self._settle_group, jobs, results, None)
 
     def _run_group(
         self, db: sqlite3.Connection, jobs: list[_Job]
-    ) -> tuple[list[tuple[bool, Any]], tuple[int, int] | None]:
+    ) -> tuple[list[tuple[bool, Any]], int | None]:
         """The jobs of one group in the transaction just begun on `db`, each in a savepoint.
 
-        Also returns the file's change counter before and after the jobs,
-        read under the write lock: before, to tell whether anyone else
-        changed snapshots since this process's last group; after, what the
-        counter reads until someone else does.
+        Also returns `db`'s data version, read under the write lock: it tells
+        whether anyone else committed since this process's last group, and
+        it reads the same until someone else does (a connection's own
+        commits leave it alone).
         """
 
         def one_by_one() -> list[tuple[bool, Any]]:
@@ -390,8 +393,8 @@ class SqliteStore(search.Searchable):
                 db.execute("RELEASE job")
             return results
 
-        def run() -> tuple[list[tuple[bool, Any]], tuple[int, int]]:
-            before = int(db.execute(CHANGES).fetchone()[0])
+        def run() -> tuple[list[tuple[bool, Any]], int]:
+            version = int(db.execute(DATA_VERSION).fetchone()[0])
             # Jobs rarely fail (an append-mode conflict): all of them in one
             # savepoint first, and one savepoint each only to redo a group
             # in which one did. Two statements a job fewer.
@@ -402,10 +405,10 @@ class SqliteStore(search.Searchable):
                 db.execute("ROLLBACK TO jobs")
                 results = one_by_one()
             db.execute("RELEASE jobs")
-            return results, (before, int(db.execute(CHANGES).fetchone()[0]))
+            return results, version
 
         try:
-            results, changes = _write(db, run, begun=True)
+            results, version = _write(db, run, begun=True)
         except sqlite3.Error as exc:
             return [(False, exc)] * len(jobs), None
         self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs))
@@ -414,20 +417,16 @@ class SqliteStore(search.Searchable):
             self._last_sweep = self._now()
             with contextlib.suppress(RuntimeError):  # shut down meanwhile
                 self._executor.submit(self._sweep_quietly)
-        return results, changes
+        return results, version
 
     def _settle_group(
-        self,
-        jobs: list[_Job],
-        results: list[tuple[bool, Any]],
-        changes: tuple[int, int] | None,
+        self, jobs: list[_Job], results: list[tuple[bool, Any]], version: int | None
     ) -> None:
         """On the loop's thread, after a group: check `_recent` is still valid, wake the callers."""
-        if changes is not None:
-            before, after = changes
-            if before != self._changes:  # someone else changed snapshots meanwhile
+        if version is not None:
+            if version != self._version:  # someone else committed meanwhile
                 self._recent.clear()
-            self._changes = after
+            self._version = version
         _settle(jobs, results)
 
     def _sweep_quietly(self) -> None:
@@ -649,13 +648,9 @@ class SqliteStore(search.Searchable):
         since its last group; an expired row is not, because its turn's
         write must delete it first.
         """
-
-        def read() -> tuple[int, Any]:
-            changes = int(db.execute(CHANGES).fetchone()[0])
-            return changes, db.execute(LIVE_POSITION, (key.tenant, key.conversation)).fetchone()
-
-        changes, row = _read(db, read)
-        if changes != self._changes:
+        row = db.execute(LIVE_POSITION, (key.tenant, key.conversation)).fetchone()
+        # Checked after the read: a commit by anyone else before it shows here.
+        if not self._unchanged():
             return
         if row is None:
             hidden = 0
@@ -666,12 +661,16 @@ class SqliteStore(search.Searchable):
         self._recent[key] = _Recent(hidden=hidden, updated_at=self._now())
 
     def _unchanged(self) -> bool:
-        """Whether nobody but this process's groups changed snapshots since its last group."""
-        reader = self._reader
-        if reader is None or self._closed:
+        """Whether nobody but this process's groups committed since its last group.
+
+        Asked of the writing connection, the only one whose data version its
+        own groups leave alone; between groups it holds no transaction.
+        """
+        here = self._here
+        if here is None or self._closed:
             return False
         try:
-            return int(reader.execute(CHANGES).fetchone()[0]) == self._changes
+            return int(here.execute(DATA_VERSION).fetchone()[0]) == self._version
         except sqlite3.Error:
             return False
 
@@ -799,7 +798,7 @@ class _Recent:
     those (0: there are none), so a head matched at a later position is the
     one the file's lookup would return: a head's position is its index in
     the history plus one, and the lookup returns the match latest in it.
-    Trusted only while the file's change counter shows no other writer.
+    Trusted only while the writing connection's data version shows no other writer.
     """
 
     hidden: int
