@@ -9,6 +9,7 @@ what the file would once this process's queued turns are in it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 import proxy.store.sqlite as sqlite_store
 from proxy.messages import Message, chain_hashes
-from proxy.store import ConvKey, Snapshot, SqliteStore, StoreError
+from proxy.store import Conflict, ConvKey, Snapshot, SqliteStore, StoreError
 from proxy.store.schema import MIGRATIONS, m006_data_version, migrate
 from tests.factories import system, user
 from tests.test_store import ALICE, history, turn
@@ -253,6 +254,11 @@ def test_lookups_match_the_file_whatever_the_order_of_turns_and_writers(
                 else:
                     await here.commit(committed, wait=wait)
                 requests.append([*committed.working, user(f"question {step}")])
+            # The rows this replica updated by id say what the file's lookups say.
+            mine, theirs = await here.latest(ALICE), await truth.latest(ALICE)
+            assert (mine and (mine.turns, mine.head, mine.working)) == (
+                theirs and (theirs.turns, theirs.head, theirs.working)
+            )
         finally:
             for store in (here, other, truth):
                 await store.close()
@@ -263,6 +269,46 @@ def test_lookups_match_the_file_whatever_the_order_of_turns_and_writers(
         asyncio.run(play())
     finally:
         sqlite_store.RECENT_SNAPSHOTS = original
+
+
+@pytest.mark.asyncio
+async def test_turns_are_counted_across_replicas_and_deletes(tmp_path: Path) -> None:
+    """A remembered row is updated by id; another writer's turn or delete is not missed."""
+    path = str(tmp_path / "turns.db")
+    a, b = SqliteStore(path), SqliteStore(path)
+    for i in range(2):
+        await a.commit(turn(ALICE, request(i)), wait=False)
+    await a.flush()
+    await b.commit(turn(ALICE, request(2)))
+    await a.commit(turn(ALICE, request(3)))
+    latest = await b.latest(ALICE)
+    assert latest is not None and latest.turns == 4
+    await b.delete(ALICE)
+    await a.commit(turn(ALICE, request(4)))
+    latest = await b.latest(ALICE)
+    await a.close()
+    await b.close()
+    assert latest is not None and latest.turns == 1
+
+
+@pytest.mark.asyncio
+async def test_a_failed_turn_in_a_group_leaves_the_others_counted_once(tmp_path: Path) -> None:
+    """A group redone turn by turn after a conflict must not count its first try."""
+    store = SqliteStore(str(tmp_path / "redo.db"))
+    await store.commit(turn(ALICE, request(0)))
+    await store.commit(turn(ALICE, request(1)))
+    bob = ConvKey(ALICE.tenant, "bob")
+    # Queued together, so written in one group, which the conflict makes redo.
+    written = await store.commit(turn(ALICE, request(2)), wait=False)
+    stale = turn(bob, [user("q")])
+    conflicting = await store.commit(dataclasses.replace(stale, expected_turns=5), wait=False)
+    assert written is not None and conflicting is not None
+    await written
+    with pytest.raises(Conflict):
+        await conflicting
+    latest = await store.latest(ALICE)
+    await store.close()
+    assert latest is not None and latest.turns == 3
 
 
 @pytest.mark.asyncio

@@ -271,6 +271,13 @@ UPSERT_CONVERSATION = """
     RETURNING id, turns, working_chain
 """
 
+# A conversation's row as UPSERT_CONVERSATION leaves it, for a row whose id and turns are known.
+UPDATE_CONVERSATION = """
+    UPDATE conversations SET
+        head = ?1, position = ?2, state = ?3, turns = ?4, updated_at = ?5, working_chain = ?6
+    WHERE id = ?7
+"""
+
 # The archived chain that ends with message ?2, root first, at most ?3 messages long.
 WALK_CHAIN = """
     WITH RECURSIVE chain (depth, parent, message) AS (

@@ -75,6 +75,7 @@ from proxy.store.schema import (
     PRUNE_SNAPSHOTS,
     SELECT_SNAPSHOTS,
     SELECT_WORKING,
+    UPDATE_CONVERSATION,
     UPSERT_CONVERSATION,
     UPSERT_SNAPSHOT,
     WALK_CHAIN,
@@ -113,6 +114,8 @@ WAL_SIZE_LIMIT = 64 << 20
 # states (plus 200 a snapshot for the rest) that all conversations may hold.
 RECENT_SNAPSHOTS = 8
 RECENT_BYTES = 32 << 20
+# Conversations whose row this process remembers (about 150 bytes each).
+ROWS = 1 << 16
 
 
 class SqliteStore(search.Searchable):
@@ -162,6 +165,11 @@ class SqliteStore(search.Searchable):
         # reads `_version`: nobody else committed since this process's last group.
         self._recent: LRUCache[ConvKey, _Recent] = LRUCache(RECENT_BYTES, getsizeof=_weight)
         self._version = -1
+        # What this process's last write of each conversation's row left there:
+        # (id, turns, described by its chain). Valid like `_recent`, so a turn
+        # of a remembered conversation updates its row by id (17 us less than
+        # the upsert, measured) instead of looking it up.
+        self._rows: LRUCache[ConvKey, tuple[int, int, bool]] = LRUCache(ROWS)
         # The last turn of each conversation queued and not yet written (a
         # conversation's turns are written in order, so waiting for it waits for all).
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
@@ -345,7 +353,7 @@ class SqliteStore(search.Searchable):
             _settle(jobs, [(False, exc)] * len(jobs))
         else:
             self._locked_since = None
-            self._settle_group(jobs, *self._run_group(db, jobs))
+            self._settle_group(jobs, self._run_group(db, jobs, here=True))
         if self._queue:  # the rest after the loop has served others
             loop.call_soon(self._drain_here, loop)
 
@@ -366,19 +374,21 @@ class SqliteStore(search.Searchable):
                 assert db is not None
                 # Another connection's data version: the file's lookups (and
                 # `_recent`) are the loop's connections' alone.
-                results, _ = self._run_group(db, jobs)
+                results = self._run_group(db, jobs, here=False)
         with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
-            loop.call_soon_threadsafe(self._settle_group, jobs, results, None)
+            loop.call_soon_threadsafe(self._settle_group, jobs, results)
 
     def _run_group(
-        self, db: sqlite3.Connection, jobs: list[_Job]
-    ) -> tuple[list[tuple[bool, Any]], int | None]:
+        self, db: sqlite3.Connection, jobs: list[_Job], *, here: bool
+    ) -> list[tuple[bool, Any]]:
         """The jobs of one group in the transaction just begun on `db`, each in a savepoint.
 
-        Also returns `db`'s data version, read under the write lock: it tells
-        whether anyone else committed since this process's last group, and
-        it reads the same until someone else does (a connection's own
-        commits leave it alone).
+        On the loop's connection (`here`), `db`'s data version, read under
+        the write lock before the jobs, tells whether anyone else committed
+        since this process's last group; if so, what the process remembers
+        of the file (`_recent`, `_rows`) is forgotten before any job uses it.
+        It then reads the same until someone else commits (a connection's
+        own commits leave it alone).
         """
 
         def one_by_one() -> list[tuple[bool, Any]]:
@@ -393,8 +403,13 @@ class SqliteStore(search.Searchable):
                 db.execute("RELEASE job")
             return results
 
-        def run() -> tuple[list[tuple[bool, Any]], int]:
-            version = int(db.execute(DATA_VERSION).fetchone()[0])
+        def run() -> list[tuple[bool, Any]]:
+            if here:
+                version = int(db.execute(DATA_VERSION).fetchone()[0])
+                if version != self._version:  # someone else committed meanwhile
+                    self._recent.clear()
+                    self._rows.clear()
+                    self._version = version
             # Jobs rarely fail (an append-mode conflict): all of them in one
             # savepoint first, and one savepoint each only to redo a group
             # in which one did. Two statements a job fewer.
@@ -403,30 +418,26 @@ class SqliteStore(search.Searchable):
                 results = [(True, j.job(db)) for j in jobs]
             except Exception:
                 db.execute("ROLLBACK TO jobs")
+                self._rows.clear()  # the jobs before the failed one are undone
                 results = one_by_one()
             db.execute("RELEASE jobs")
-            return results, version
+            return results
 
         try:
-            results, version = _write(db, run, begun=True)
+            results = _write(db, run, begun=True)
         except sqlite3.Error as exc:
-            return [(False, exc)] * len(jobs), None
+            self._rows.clear()
+            return [(False, exc)] * len(jobs)
         self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs))
         if self._now() - self._last_sweep >= self._sweep_interval_s:
             # The turns are committed already; a failed sweep is retried next time.
             self._last_sweep = self._now()
             with contextlib.suppress(RuntimeError):  # shut down meanwhile
                 self._executor.submit(self._sweep_quietly)
-        return results, version
+        return results
 
-    def _settle_group(
-        self, jobs: list[_Job], results: list[tuple[bool, Any]], version: int | None
-    ) -> None:
-        """On the loop's thread, after a group: check `_recent` is still valid, wake the callers."""
-        if version is not None:
-            if version != self._version:  # someone else committed meanwhile
-                self._recent.clear()
-            self._version = version
+    def _settle_group(self, jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
+        """On the loop's thread, after a group: wake the callers."""
         _settle(jobs, results)
 
     def _sweep_quietly(self) -> None:
@@ -499,19 +510,26 @@ class SqliteStore(search.Searchable):
                     )
             # A new conversation is described by its chain only if this turn archives
             # all of it; an existing one stays described only if it was (see m005).
-            cid, turns, described = db.execute(
-                UPSERT_CONVERSATION,
-                (
-                    key.tenant,
-                    key.conversation,
-                    snap.head,
-                    snap.position,
-                    state,
-                    now,
-                    chain if first_parent == "" else None,
-                    chain,
-                ),
-            ).fetchall()[0]
+            row = self._rows.get(key) if remembered and turn.expected_turns is None else None
+            if row is not None:
+                cid, turns, described = row[0], row[1] + 1, chain if row[2] else None
+                values = (snap.head, snap.position, state, turns, now, described, cid)
+                if db.execute(UPDATE_CONVERSATION, values).rowcount != 1:
+                    row = None  # cannot happen while `_rows` is valid; looked up, then
+            if row is None:
+                cid, turns, described = db.execute(
+                    UPSERT_CONVERSATION,
+                    (
+                        key.tenant,
+                        key.conversation,
+                        snap.head,
+                        snap.position,
+                        state,
+                        now,
+                        chain if first_parent == "" else None,
+                        chain,
+                    ),
+                ).fetchall()[0]
             hidden = 0
             if not remembered and turns > 1:
                 row = db.execute(
@@ -535,6 +553,8 @@ class SqliteStore(search.Searchable):
             )
             if turns > self._max_snapshots:  # one snapshot a turn: fewer need no pruning
                 db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
+            if self._here is not None:
+                self._rows[key] = (cid, turns, described is not None)
             return hidden
 
         size = len(state) + sum(len(e[2]) for e in entries)
@@ -741,6 +761,7 @@ class SqliteStore(search.Searchable):
             return existed
 
         self._recent.pop(key, None)
+        self._rows.pop(key, None)
         return await self._run(lambda db: _write(db, lambda: job(db)))
 
     async def list_conversations(
