@@ -541,7 +541,14 @@ class SqliteStore(search.Searchable):
                 " VALUES (?, ?, ?, ?)",
                 [(cid, h, parent, message) for h, parent, message in entries],
             )
-            if described is not None and first_parent and not _archived(db, cid, first_parent):
+            # A row this process remembers was deleted by nobody since (see
+            # `_rows`), so the chain it describes still starts in the archive.
+            if (
+                described is not None
+                and first_parent
+                and row is None
+                and not _archived(db, cid, first_parent)
+            ):
                 # Turns of an earlier life of this conversation (deleted or expired
                 # since this turn's lookup): its chain lacks its start for good.
                 db.execute("UPDATE conversations SET working_chain = NULL WHERE id = ?", (cid,))
