@@ -897,6 +897,29 @@ async def test_a_full_history_working_list_is_described_by_its_chain_until_appen
 
 
 @pytest.mark.asyncio
+async def test_a_replica_that_never_saw_the_new_life_keeps_rows_too(tmp_path: Path) -> None:
+    """As above, committed by a process with no memory of the conversation, past turn 1."""
+    path = tmp_path / "again-elsewhere.db"
+    a, b, c = SqliteStore(str(path)), SqliteStore(str(path)), SqliteStore(str(path))
+    key = ConvKey("t", "again")
+    old = [system(), user("q0"), assistant("a0")]
+    try:
+        await a.commit(laid_out(key, old, 0))
+        assert await b.delete(key)
+        other = [system("other"), user("x"), assistant("y")]
+        await b.commit(laid_out(key, other, 0))
+        await b.commit(laid_out(key, [*other, user("x2"), assistant("y2")], 3))
+        continued = [*old, user("q1"), assistant("a1")]
+        await c.commit(laid_out(key, continued, 3))  # a turn built on a's old history
+        latest = await c.latest(key)
+        assert latest is not None and latest.working == continued
+        assert working_rows(path) == len(continued)
+    finally:
+        for store in (a, b, c):
+            await store.close()
+
+
+@pytest.mark.asyncio
 async def test_a_turn_of_a_conversation_deleted_and_begun_again_meanwhile_keeps_rows(
     tmp_path: Path,
 ) -> None:
