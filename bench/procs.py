@@ -47,39 +47,24 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _tree(self) -> list[psutil.Process]:
-        """The process and its children (the SQLite store's writer process, say)."""
-        try:
-            return [self.ps, *self.ps.children(recursive=True)]
-        except psutil.Error:
-            return [self.ps]
-
     def cpu(self) -> float:
-        """CPU seconds the process and its children have used so far, all threads.
+        """CPU seconds the process has used so far, all threads.
 
         Linux's per-thread schedstat counts nanoseconds; utime + stime (what
         psutil reads) counts 10 ms ticks, too coarse for a few hundred short
         requests, so it is only the fallback.
         """
-        total = 0.0
-        for ps in self._tree():
-            try:
-                ns = 0
-                for task in Path(f"/proc/{ps.pid}/task").iterdir():
-                    ns += int((task / "schedstat").read_text().split()[0])
-                total += ns / 1e9
-            except (OSError, ValueError, IndexError):
-                with contextlib.suppress(psutil.Error):
-                    t = ps.cpu_times()
-                    total += float(t.user + t.system)
-        return total
+        try:
+            total = 0
+            for task in Path(f"/proc/{self.popen.pid}/task").iterdir():
+                total += int((task / "schedstat").read_text().split()[0])
+            return total / 1e9
+        except (OSError, ValueError, IndexError):
+            t = self.ps.cpu_times()
+            return float(t.user + t.system)
 
     def rss(self) -> int:
-        total = 0
-        for ps in self._tree():
-            with contextlib.suppress(psutil.Error):
-                total += int(ps.memory_info().rss)
-        return total
+        return int(self.ps.memory_info().rss)
 
 
 class Fleet:

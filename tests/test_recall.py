@@ -7,7 +7,6 @@ through the app, lexical in process and embeddings through real servers.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -112,11 +111,8 @@ def in_process(tmp_path: Path, **env: str) -> Iterator[tuple[TestClient, FakeUps
     )
     store = SqliteStore(str(tmp_path / "recall.db"))
     proxy = create_app(settings, transport=httpx.ASGITransport(upstream.app), store=store)
-    try:
-        with TestClient(proxy) as client:
-            yield client, upstream
-    finally:
-        asyncio.run(store.close())  # the app closes only a store it opened
+    with TestClient(proxy) as client:
+        yield client, upstream
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import signal
 import sqlite3
 import time
 from pathlib import Path
@@ -428,72 +427,3 @@ async def test_the_memory_of_recent_turns_stays_within_its_byte_budget(
     second = turn(keys[0], request(1), state=state).snapshot.head
     assert oldest is not None and oldest.head == second
     assert newest is not None and newest.head == second
-
-
-@pytest.mark.asyncio
-async def test_the_writers_own_commits_leave_the_memory_trusted_and_anyone_elses_do_not(
-    tmp_path: Path,
-) -> None:
-    """Every commit moves the reader's data version; `last_writer` tells whose it was (m008)."""
-    path = tmp_path / "whose.db"
-    store = SqliteStore(str(path))
-    await store.commit(turn(ALICE, request(0)))
-    second = turn(ALICE, request(1))
-    await store.commit(second)  # written by the writer process: the version moved
-    assert store._unchanged() and ALICE in store._recent
-    found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
-    assert found is not None and found.head == second.snapshot.head
-
-    other = sqlite3.connect(path, isolation_level=None)
-    try:
-        # A commit that touches no snapshot clears nothing, but the writer's next
-        # group finds it (its own data version moved) and counts it: forgotten then.
-        other.execute("UPDATE conversations SET updated_at = updated_at + 1")
-        assert store._unchanged() and ALICE in store._recent
-        await store.commit(turn(ConvKey("t", "elsewhere"), request(0)))
-        assert not store._unchanged() and ALICE not in store._recent
-        assert store._unchanged()  # until the next commit by someone else
-
-        found = await store.find_snapshot(ALICE, chain_hashes(request(2)))  # from the file
-        assert found is not None and ALICE in store._recent
-        other.execute("UPDATE snapshots SET state = '{\"edited\": true}'")  # the sqlite3 shell
-        assert not store._unchanged() and ALICE not in store._recent
-    finally:
-        other.close()
-    found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
-    await store.close()
-    assert found is not None and found.state == {"edited": True}
-
-
-@pytest.mark.asyncio
-async def test_a_writer_process_that_dies_fails_its_turns_and_another_takes_over(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "killed.db"
-    store = SqliteStore(str(path))
-    first = turn(ALICE, request(0))
-    await store.commit(first)
-    pipe = store._pipe
-    assert pipe is not None
-    pipe.process.send_signal(signal.SIGSTOP)  # the next group waits in the socket
-    try:
-        pending = asyncio.ensure_future(store.commit(turn(ALICE, request(1))))
-        await asyncio.sleep(0.05)
-        assert not pending.done()
-    finally:
-        pipe.process.kill()
-    with pytest.raises(StoreError, match="writer process exited"):
-        await asyncio.wait_for(pending, timeout=5)
-    assert pipe.process.wait(timeout=5) == -signal.SIGKILL
-
-    # The failed turn is forgotten; the next one starts another writer.
-    found = await store.find_snapshot(ALICE, chain_hashes(request(1)))
-    assert found is not None and found.head == first.snapshot.head
-    again = turn(ALICE, request(1))
-    await store.commit(again)
-    assert store._pipe is not None and store._pipe.process.pid != pipe.process.pid
-    latest = await store.latest(ALICE)
-    process = store._pipe.process
-    await store.close()
-    assert latest is not None and latest.turns == 2 and latest.head == again.snapshot.head
-    assert process.returncode == 0  # closing the store ends its writer

@@ -224,40 +224,6 @@ def m007_lighter_turn(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX snapshots_turn ON snapshots (conversation_id, turn)")
 
 
-def m008_last_writer(db: sqlite3.Connection) -> None:
-    """Who committed last, so a process whose turns another process writes can trust its memory.
-
-    Turns are written by a writer process (`proxy.store.writer`), whose
-    commits move the data version of every connection of the proxy
-    itself. The writer ends each group by naming itself here (a token
-    unique to its store) with the number of groups at whose start it found
-    that someone else had committed (its own data version moved). A
-    snapshot written or deleted, or a conversation deleted, by anyone else
-    (another replica, the `sqlite3` shell, an older release) clears the
-    name through these triggers. So the proxy's lookups read: this store's
-    token and the count they know means nobody else committed since.
-    """
-    db.execute(
-        "CREATE TABLE last_writer"
-        " (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT, foreign_seen INTEGER NOT NULL)"
-    )
-    db.execute("INSERT INTO last_writer (id, token, foreign_seen) VALUES (1, NULL, 0)")
-    for table, event in _WATCHED:
-        db.execute(
-            f"CREATE TRIGGER {table}_{event.lower()}_writer AFTER {event} ON {table} BEGIN"
-            " UPDATE last_writer SET token = NULL WHERE id = 1; END"
-        )
-
-
-# The changes a process's memory of its conversations depends on (m008).
-_WATCHED = (
-    ("snapshots", "INSERT"),
-    ("snapshots", "UPDATE"),
-    ("snapshots", "DELETE"),
-    ("conversations", "DELETE"),
-)
-
-
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_message_search,
@@ -266,7 +232,6 @@ MIGRATIONS: list[Migration] = [
     m005_working_chain,
     m006_data_version,
     m007_lighter_turn,
-    m008_last_writer,
 ]
 
 
@@ -324,8 +289,6 @@ SELECT_SNAPSHOTS = """
 
 # Moves whenever a connection other than the one asking commits (see m006).
 DATA_VERSION = "PRAGMA data_version"
-LAST_WRITER = "SELECT token, foreign_seen FROM last_writer WHERE id = 1"
-MARK_WRITER = "UPDATE last_writer SET token = ?, foreign_seen = ? WHERE id = 1"
 
 # A conversation's last activity and the highest position of its snapshots.
 LIVE_POSITION = """

@@ -1,35 +1,34 @@
 """The embedded default store: one SQLite file, survives restarts, no server to run.
 
-Turns (`commit`) are written by a writer process of the store's own
-(`proxy.store.writer`), grouped: the turns queued before a group is sent
-share one transaction there (one savepoint each only if one fails). On the
-event loop's thread the SQL of a turn was the proxy's largest cost after
-HTTP (0.13 of 0.95 CPU ms a small request at 32 at a time); a thread did
-not help (each statement hands the GIL to and from the busy loop). The
-loop now only pickles a group and reads back its results. A worker thread
-runs what may be slow (listings, deletes, search indexing, the expiry
-sweep). The lookup every full-history request makes first
-(`find_snapshot`) runs on the loop's thread, on a read-only connection of
-its own: a few indexed reads that WAL never makes wait. (aiosqlite puts a
-thread behind every connection; here the thread is kept for what can wait.)
+Turns (`commit`) are written from the event loop's thread, grouped: the
+turns that arrive before a group runs share one transaction (one savepoint
+each only if one fails). A group takes a fraction of a millisecond, and
+handing it to a thread cost more (see `_drain_here`). The loop never waits
+on another connection's write lock, though: its connection does not wait,
+and a group that finds the file locked is tried again a few milliseconds
+later, until the busy timeout. A worker thread runs what may be slow (listings,
+deletes, search indexing, the expiry sweep). The lookup every full-history
+request makes first (`find_snapshot`) runs on the loop's thread too, on a
+read-only connection of its own: a few indexed reads that WAL never makes
+wait. (aiosqlite puts a thread behind every connection; here the thread is
+kept for what can wait.)
 
 A full-history turn is written after its answer went out (`commit(...,
 wait=False)`): the process keeps the snapshots it committed, queued ones
 included, in memory (`_Recent`) and answers its own next lookup from there,
 and every other read of this process waits for the queued turns. Whether
 someone else (another replica, an operator's delete, the sweep) changed
-snapshots since is one read of `PRAGMA data_version` while nobody committed
-at all, and one more of `last_writer` (migration m008) when someone did: the
-writer names itself there after each group, with the number of groups at
-whose start it found another's commit, and anyone else's write clears the
-name. So a replica never answers from a memory another one made stale. At
-one request at a time, writing before answering cost 0.2-0.4 ms of every turn.
+snapshots since is one read of the writing connection's `PRAGMA
+data_version`, which SQLite moves for every commit but that connection's own
+(migration m006), so a replica never answers from a memory another one made
+stale. At one request at a time, writing before answering cost 0.2-0.4
+ms of every turn.
 
 Checkpoints (copying the WAL back into the database file, with an fsync)
-are the writer's, between groups, never inside a turn's commit: SQLite's
-automatic checkpoint ran in whichever commit crossed 1,000 pages, and that
-turn's answer waited for the fsync (p99 10 ms against a p50 of 1.7 ms at
-one request at a time; 3.5 ms without).
+run on a thread and connection of their own, never inside a turn's commit:
+SQLite's automatic checkpoint ran in whichever commit crossed 1,000 pages,
+and that turn's answer waited for the fsync (p99 10 ms against a p50 of
+1.7 ms at one request at a time; 3.5 ms without).
 
 WAL lets readers in other processes (the `sqlite3` shell, a second replica
 on the same disk) read while a turn is being written; each write takes the
@@ -40,22 +39,14 @@ timeout instead of failing half way.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
-import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from cachetools import LRUCache
@@ -79,23 +70,16 @@ from proxy.store.base import (
 from proxy.store.schema import (
     DATA_VERSION,
     DELETE_IDLE,
-    LAST_WRITER,
     LIST_CONVERSATIONS,
     LIVE_POSITION,
+    PRUNE_SNAPSHOTS,
     SELECT_SNAPSHOTS,
     SELECT_WORKING,
+    UPDATE_CONVERSATION,
+    UPSERT_CONVERSATION,
+    UPSERT_SNAPSHOT,
     WALK_CHAIN,
     migrate,
-)
-from proxy.store.writer import (
-    CHECKPOINT_EVERY_S,
-    CHECKPOINT_PAGES,
-    Result,
-    TurnRow,
-    Writer,
-    connect,
-    frame,
-    frames,
 )
 
 T = TypeVar("T")
@@ -105,19 +89,31 @@ log = logging.getLogger("context_proxy.store")
 _IN_CHUNK = 500
 # The newest turn's head is nearly always among the last few messages.
 _FIRST_CHUNK = 8
-# Text a group holds at most (one turn may exceed it).
+# A checkpoint is due once the WAL holds about this many pages (SQLite's own
+# default), or after CHECKPOINT_EVERY_S with anything written. Pages are
+# estimated: a turn of a few short messages adds about 12 (measured: 50 KB of
+# WAL per commit), and its text adds one per 4 KB.
+CHECKPOINT_PAGES = 1000
+PAGES_PER_JOB = 12
+CHECKPOINT_EVERY_S = 1.0
+# A WAL this long (8 MB) is started over by a checkpoint that waits for writers.
+WAL_RESTART_PAGES = 2 * CHECKPOINT_PAGES
+# A checkpoint that starts the WAL over waits this long at most for the readers
+# still in it, holding writers off meanwhile; with the connection's own 5 s busy
+# timeout, one held them 5.4 s under steady lookups (measured). It is tried
+# again after the next writes.
+RESTART_WAIT_MS = 1000
+# Text a group written from the loop holds at most (one turn may exceed it).
 GROUP_BYTES = 1 << 20
+# While another connection holds the write lock, the loop tries again this often.
+LOCK_RETRY_S = 0.005
+# After a checkpoint resets it, the WAL file is truncated to this size.
+WAL_SIZE_LIMIT = 64 << 20
 # This process's own recent turns, kept to answer `find_snapshot` without the
 # file (see `_Recent`): snapshots per conversation, and the bytes of their
 # states (plus 200 a snapshot for the rest) that all conversations may hold.
 RECENT_SNAPSHOTS = 8
 RECENT_BYTES = 32 << 20
-# Up to this many, the texts of the working messages before a turn's fresh ones
-# are sent with it whether or not the writer will need them (see `commit`):
-# cheaper than making sure (a few us against 6-12).
-_TEXTS_ANYWAY = 8
-# Where the writer process finds the `proxy` package.
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class SqliteStore(search.Searchable):
@@ -126,9 +122,7 @@ class SqliteStore(search.Searchable):
     Conversations with no commit for `ttl_s` seconds read as absent at once
     and are deleted by a sweep at open and then at most every
     `sweep_interval_s` (checked on commit). `ttl_s <= 0` disables expiry.
-    `now` is injectable so tests can move time without sleeping. A
-    checkpoint is due after `checkpoint_pages` of WAL or `checkpoint_every_s`
-    after a write (see `proxy.store.writer`).
+    `now` is injectable so tests can move time without sleeping.
     """
 
     def __init__(
@@ -140,11 +134,8 @@ class SqliteStore(search.Searchable):
         sweep_interval_s: float = 300.0,
         busy_timeout_s: float = 5.0,
         now: Callable[[], float] = time.time,
-        checkpoint_pages: int = CHECKPOINT_PAGES,
-        checkpoint_every_s: float = CHECKPOINT_EVERY_S,
     ) -> None:
         self.path = path
-        self._checkpoints = (checkpoint_pages, checkpoint_every_s)
         self._ttl_s = ttl_s
         self._max_snapshots = max(1, max_snapshots)
         self._sweep_interval_s = sweep_interval_s
@@ -157,16 +148,21 @@ class SqliteStore(search.Searchable):
         self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
+        self._here: sqlite3.Connection | None = None  # writes from the event loop's thread
+        self._locked_since: float | None = None  # the loop's groups wait for another's lock
         self._file = path != ":memory:" and not path.startswith("file:")
-        # The writer: a process (`_pipe`) for a file, else a `Writer` on the worker thread.
-        self._token = uuid.uuid4().hex
-        self._pipe: _Pipe | None = None
-        self._local: Writer | None = None
-        # See `_Recent`. Valid while the reader's data version reads `_version`,
-        # or `last_writer` names this store's writer with `_foreign` (`_unchanged`).
+        self._checkpointer = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="store-sqlite-checkpoint"
+        )
+        self._checkpoint_db: sqlite3.Connection | None = None
+        self._checkpoint_pending = False
+        self._checkpoint_wake = threading.Event()
+        self._unchecked_pages = 0
+        self._last_checkpoint = time.monotonic()
+        # See `_Recent`. Valid while the writing connection's data version
+        # reads `_version`: nobody else committed since this process's last group.
         self._recent: LRUCache[ConvKey, _Recent] = LRUCache(RECENT_BYTES, getsizeof=_weight)
         self._version = -1
-        self._foreign = 0
         # The last turn of each conversation queued and not yet written (a
         # conversation's turns are written in order, so waiting for it waits for all).
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
@@ -174,9 +170,11 @@ class SqliteStore(search.Searchable):
             self._executor.submit(self._open).result()
             if self._file:
                 self._reader = self._open_reader()
-                self._version = int(self._reader.execute(DATA_VERSION).fetchone()[0])
+                self._here = self._connect(busy_timeout_s=0.0)
+                self._version = int(self._here.execute(DATA_VERSION).fetchone()[0])
         except sqlite3.Error as exc:
             self._executor.shutdown(wait=False)
+            self._checkpointer.shutdown(wait=False)
             self._closed = True
             raise StoreError(f"cannot open SQLite store at {path!r}: {exc}") from exc
 
@@ -193,16 +191,31 @@ class SqliteStore(search.Searchable):
         reader.execute("PRAGMA query_only=ON")
         return reader
 
+    def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
+        """A writing connection; the worker's waits for a busy file, the loop's does not."""
+        db = sqlite3.connect(
+            self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            if self._file:  # checkpoints are the checkpointer thread's (see the module's doc)
+                db.execute("PRAGMA wal_autocheckpoint=0")
+                db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
     def _open(self) -> None:
-        db = connect(self.path, self._busy_timeout_s)
+        db = self._connect(self._busy_timeout_s)
         try:
             migrate(db)
         except BaseException:
             db.close()
             raise
         self._db = db
-        if not self._file:  # only this connection sees the database
-            self._local = Writer(db, token=self._token, max_snapshots=self._max_snapshots)
         self._sweep(db)
 
     async def _run(self, job: Callable[[sqlite3.Connection], T]) -> T:
@@ -216,65 +229,209 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite: {exc}") from exc
 
-    def _batched(self, row: TurnRow) -> asyncio.Future[tuple[int, bool]]:
-        """Write `row` in the next group of turns: one transaction for all.
+    def _after_write(self, pages: int) -> None:
+        """After a commit: make sure a checkpoint will follow (see `_checkpoint`)."""
+        self._unchecked_pages += pages
+        if not self._file or self._closed:
+            return
+        if self._checkpoint_pending:
+            if self._unchecked_pages >= CHECKPOINT_PAGES:
+                self._checkpoint_wake.set()
+            return
+        self._checkpoint_pending = True
+        with contextlib.suppress(RuntimeError):  # shut down meanwhile
+            self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        """On the checkpointer thread: copy the WAL into the file once enough is written or a
+        second has passed since the last checkpoint, whichever comes first.
+
+        Waiting a second after a write, even if none follows, bounds what a
+        power cut can take and keeps the next burst of turns from paying for
+        this one's checkpoint. PASSIVE never blocks a writer or a reader;
+        frames a reader still needs are left for the next checkpoint.
+        """
+        deadline = self._last_checkpoint + CHECKPOINT_EVERY_S
+        while not self._closed and self._unchecked_pages < CHECKPOINT_PAGES:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._checkpoint_wake.wait(remaining)
+            self._checkpoint_wake.clear()
+        self._unchecked_pages = 0
+        try:
+            if self._checkpoint_db is None:
+                self._checkpoint_db = sqlite3.connect(
+                    self.path, timeout=self._busy_timeout_s, isolation_level=None
+                )
+            db = self._checkpoint_db
+            ((_, frames, _),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if frames >= WAL_RESTART_PAGES:
+                # Under steady load a concurrent checkpoint never finishes before
+                # the next turn appends, so the WAL would never start over; this
+                # one waits for the writer of the moment and holds the next ones
+                # (the loop's groups stay queued meanwhile) until it has.
+                db.execute(f"PRAGMA busy_timeout = {RESTART_WAIT_MS}")
+                try:
+                    db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                finally:
+                    db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+        except sqlite3.Error as exc:  # retried after the next write
+            log.warning("SQLite checkpoint failed: %s", exc)
+        finally:
+            self._last_checkpoint = time.monotonic()
+            self._checkpoint_pending = False
+
+    def _batched(self, job: Callable[[sqlite3.Connection], T], *, size: int) -> asyncio.Future[T]:
+        """Run `job` in the next group of jobs: one transaction for all.
 
         Under load, turns of many conversations arrive together; committing
-        each alone cost more than the SQL itself. The turns queued before
-        the group is sent go together, in order.
+        each alone cost more than the SQL itself. Jobs queued before the
+        group runs are run together, in order, each inside its own
+        savepoint, so one job's failure (a `Conflict`) undoes only that job
+        and the others still commit.
         """
         if self._closed or self._db is None:
             raise StoreError("the SQLite store is closed")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[int, bool]] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         with self._queue_lock:
-            self._queue.append(_Job(row, future))
+            self._queue.append(_Job(job, future, size))
             first = len(self._queue) == 1
+            here = self._here is not None
         if first:
-            if self._file:
-                loop.call_soon(self._send, loop)
+            if here:
+                loop.call_soon(self._drain_here, loop)
             else:
                 self._executor.submit(self._drain, loop)
         return future
 
-    def _send(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the event loop's thread: send the queued turns to the writer, GROUP_BYTES a frame."""
-        while self._queue:
-            jobs = _first_bytes(self._queue, GROUP_BYTES)
-            del self._queue[: len(jobs)]
-            if self._closed:
-                _settle(jobs, [(False, ("error", "the SQLite store is closed"))] * len(jobs))
-                continue
-            try:
-                if self._pipe is None or self._pipe.loop is not loop:
-                    self._pipe = _Pipe.start(self, loop)
-                self._pipe.send(jobs)
-            except OSError as exc:
-                _settle(jobs, [(False, ("error", f"the SQLite writer: {exc}"))] * len(jobs))
+    def _drain_here(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the event loop's thread: run the next group of queued jobs, unless the file is locked.
 
-    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the worker thread (no file): write every queued turn, commit once, settle them."""
-        with self._queue_lock:
-            jobs, self._queue = self._queue, []
+        A group takes 0.1-0.3 ms here, while handing it to a thread and
+        back cost more CPU than the SQL (the GIL changes hands at every
+        statement): 15 % fewer CPU ms per request at 32 concurrent
+        requests, measured. A group is at most about GROUP_BYTES of text,
+        so the loop is never held for long (the first turns of 31 long
+        conversations, 12 MB, held it 121 ms). The loop never waits for the
+        write lock: this connection's busy timeout is 0, and while another
+        connection holds the lock (a checkpoint starting the WAL over,
+        another process) the group is tried again every LOCK_RETRY_S,
+        in order, and fails after the store's busy timeout. Turns written
+        after their answer (the usual case) only queue up meanwhile; a
+        thread waiting on the lock instead (as before) took 0.6 s a group
+        under load, each statement waiting for the GIL.
+        """
+        db = self._here
+        jobs = _first_bytes(self._queue, GROUP_BYTES)
+        del self._queue[: len(jobs)]
         if not jobs:
             return
-        writer = self._local
-        results: list[Result]
-        if writer is None or self._closed:
-            results = [(False, ("error", "the SQLite store is closed"))] * len(jobs)
+        if db is None or self._closed:
+            _settle(jobs, [(False, sqlite3.ProgrammingError("the store is closed"))] * len(jobs))
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:  # another connection holds the write lock
+            now = time.monotonic()
+            self._locked_since = self._locked_since or now
+            if now - self._locked_since < self._busy_timeout_s:
+                self._queue[:0] = jobs
+                loop.call_later(LOCK_RETRY_S, self._drain_here, loop)
+                return
+            self._locked_since = None
+            _settle(jobs, [(False, exc)] * len(jobs))
+        except sqlite3.Error as exc:
+            _settle(jobs, [(False, exc)] * len(jobs))
         else:
-            results = writer.group([j.row for j in jobs])
-        with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
-            loop.call_soon_threadsafe(self._written_group, jobs, results)
+            self._locked_since = None
+            _settle(jobs, self._run_group(db, jobs, here=True))
+        if self._queue:  # the rest after the loop has served others
+            loop.call_soon(self._drain_here, loop)
 
-    def _written_group(self, jobs: list[_Job], results: list[Result]) -> None:
-        """On the event loop's thread: settle a group's turns; a sweep, if one is due."""
-        _settle(jobs, results)
-        if self._now() - self._last_sweep >= self._sweep_interval_s and not self._closed:
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the worker thread: run every queued job, commit once, settle their futures."""
+        with self._queue_lock:
+            jobs, self._queue = self._queue, []
+        db = self._db
+        results: list[tuple[bool, Any]] = []
+        if jobs:
+            try:
+                if db is None:
+                    raise sqlite3.ProgrammingError("the SQLite store is closed")
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                results = [(False, exc)] * len(jobs)
+            else:
+                assert db is not None
+                # Another connection's data version: the file's lookups (and
+                # `_recent`) are the loop's connections' alone.
+                results = self._run_group(db, jobs, here=False)
+        with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
+            loop.call_soon_threadsafe(_settle, jobs, results)
+
+    def _run_group(
+        self, db: sqlite3.Connection, jobs: list[_Job], *, here: bool
+    ) -> list[tuple[bool, Any]]:
+        """The jobs of one group in the transaction just begun on `db`, each in a savepoint.
+
+        On the loop's connection (`here`), `db`'s data version, read under
+        the write lock before the jobs, tells whether anyone else committed
+        since this process's last group; if so, what the process remembers
+        of the file (`_recent`) is forgotten before any job uses it.
+        It then reads the same until someone else commits (a connection's
+        own commits leave it alone).
+        """
+
+        def one_by_one() -> list[tuple[bool, Any]]:
+            results: list[tuple[bool, Any]] = []
+            for j in jobs:
+                db.execute("SAVEPOINT job")
+                try:
+                    results.append((True, j.job(db)))
+                except Exception as exc:
+                    db.execute("ROLLBACK TO job")
+                    results.append((False, exc))
+                db.execute("RELEASE job")
+            return results
+
+        def run() -> list[tuple[bool, Any]]:
+            if here:
+                version = int(db.execute(DATA_VERSION).fetchone()[0])
+                if version != self._version:  # someone else committed meanwhile
+                    self._recent.clear()
+                    self._version = version
+            # Jobs rarely fail (an append-mode conflict): all of them in one
+            # savepoint first, and one savepoint each only to redo a group
+            # in which one did. Two statements a job fewer.
+            db.execute("SAVEPOINT jobs")
+            try:
+                results = [(True, j.job(db)) for j in jobs]
+            except Exception:
+                db.execute("ROLLBACK TO jobs")
+                self._forget_rows()  # the jobs before the failed one are undone
+                results = one_by_one()
+            db.execute("RELEASE jobs")
+            return results
+
+        try:
+            results = _write(db, run, begun=True)
+        except sqlite3.Error as exc:
+            self._forget_rows()
+            return [(False, exc)] * len(jobs)
+        self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs))
+        if self._now() - self._last_sweep >= self._sweep_interval_s:
             # The turns are committed already; a failed sweep is retried next time.
             self._last_sweep = self._now()
             with contextlib.suppress(RuntimeError):  # shut down meanwhile
                 self._executor.submit(self._sweep_quietly)
+        return results
+
+    def _forget_rows(self) -> None:
+        """After writes were undone: no remembered row is known to match the file any more."""
+        for recent in self._recent.values():
+            recent.row = None
 
     def _sweep_quietly(self) -> None:
         if self._db is not None and not self._closed:
@@ -306,52 +463,106 @@ class SqliteStore(search.Searchable):
         """
         key, snap, layout = turn.key, turn.snapshot, turn.layout
         # Serialised here, on the caller's side, so a value orjson rejects
-        # fails before anything is queued.
+        # fails before any transaction starts. With a layout only the rows from
+        # `fresh` on are likely to be written; the rest are serialised in the
+        # rare case the stored rows turn out not to match.
         state = dumps(snap.state)
         entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
         first = _first_fresh(layout, len(turn.working))
         # With a layout every working message is archived, and its row refers to that,
         # or the conversation's row describes them all (`m005_working_chain`).
+        texts = None if layout is not None else [dumps(m) for m in turn.working]
         chain = None if layout is None else dumps([layout.leading, layout.start, layout.hashes[-1]])
+        # The first new message's parent: archived, or none (a whole history).
+        first_parent = entries[0][1] if entries else ""
         if self._closed:
             raise StoreError("the SQLite store is closed")
         cached = (snap.position, state, snap.created_at)
-        recent = self._remember(key, snap.head, cached)
-        remembered = recent is not None
-        texts: list[str] | None = None
-        if layout is None:
-            texts = [dumps(m) for m in turn.working]
-        elif first and (
-            recent is None
-            or not recent.described
-            or first <= _TEXTS_ANYWAY
-            or not self._unchanged()
-        ):
-            # The writer may (re)write the working rows, those before the fresh
-            # ones with their own text: the conversation is not known to be
-            # described by its chain, or someone else wrote since (it may have
-            # been deleted, archive and all, during this turn's upstream call).
-            texts = [dumps(m) for m in turn.working[:first]]
-        now = self._now()
-        row = TurnRow(
-            key.tenant,
-            key.conversation,
-            snap.head,
-            snap.position,
-            state,
-            snap.created_at,
-            now,
-            now - self._ttl_s if self._ttl_s > 0 else float("-inf"),
-            turn.expected_turns,
-            remembered,
-            entries,
-            chain,
-            layout,
-            first,
-            texts,
-            len(state) + sum(len(e[2]) for e in entries),
-        )
-        written = self._batched(row)
+        remembered = self._remember(key, snap.head, cached)
+
+        def job(db: sqlite3.Connection) -> int:
+            now = self._now()
+            # An expired conversation that the sweep has not reached yet
+            # must not come back to life with its stale snapshots. One this
+            # process committed within the TTL (`remembered`) is not expired.
+            if not remembered:
+                db.execute(
+                    "DELETE FROM conversations"
+                    " WHERE tenant = ? AND conversation = ? AND updated_at < ?",
+                    (key.tenant, key.conversation, self._cutoff()),
+                )
+            if turn.expected_turns is not None:
+                row = db.execute(
+                    "SELECT turns FROM conversations WHERE tenant = ? AND conversation = ?",
+                    (key.tenant, key.conversation),
+                ).fetchone()
+                current = 0 if row is None else int(row[0])
+                if current != turn.expected_turns:
+                    raise Conflict(
+                        f"{key.conversation} is at turn {current}, not {turn.expected_turns}"
+                    )
+            # A new conversation is described by its chain only if this turn archives
+            # all of it; an existing one stays described only if it was (see m005).
+            # A remembered row is updated by id (`_Recent.row`), not looked up.
+            recent = self._recent.get(key) if remembered and turn.expected_turns is None else None
+            known = recent.row if recent is not None else None
+            if known is not None:
+                cid, turns, described = known[0], known[1] + 1, chain if known[2] else None
+                values = (snap.head, snap.position, state, turns, now, described, cid)
+                if db.execute(UPDATE_CONVERSATION, values).rowcount != 1:
+                    known = None  # cannot happen while `_recent` is valid; looked up, then
+            if known is None:
+                cid, turns, described = db.execute(
+                    UPSERT_CONVERSATION,
+                    (
+                        key.tenant,
+                        key.conversation,
+                        snap.head,
+                        snap.position,
+                        state,
+                        now,
+                        chain if first_parent == "" else None,
+                        chain,
+                    ),
+                ).fetchall()[0]
+            hidden = 0
+            if not remembered and turns > 1:
+                (highest,) = db.execute(
+                    "SELECT MAX(position) FROM snapshots WHERE conversation_id = ?", (cid,)
+                ).fetchone()
+                hidden = int(highest or 0)
+            db.executemany(
+                "INSERT OR IGNORE INTO messages (conversation_id, hash, parent, message)"
+                " VALUES (?, ?, ?, ?)",
+                [(cid, h, parent, message) for h, parent, message in entries],
+            )
+            # A row this process remembers was deleted by nobody since (see
+            # `_Recent.row`), so the chain it describes still starts in the archive.
+            if (
+                described is not None
+                and first_parent
+                and known is None
+                and not _archived(db, cid, first_parent)
+            ):
+                # Turns of an earlier life of this conversation (deleted or expired
+                # since this turn's lookup): its chain lacks its start for good.
+                db.execute("UPDATE conversations SET working_chain = NULL WHERE id = ?", (cid,))
+                described = None
+            if described is None:
+                _write_working(db, cid, turn, first, texts)
+            db.execute(
+                UPSERT_SNAPSHOT, (cid, snap.head, snap.position, state, snap.created_at, turns)
+            )
+            if turns > self._max_snapshots:  # one snapshot a turn: fewer need no pruning
+                db.execute(PRUNE_SNAPSHOTS, (cid, cid, self._max_snapshots))
+            if self._here is not None:  # `_recent` is the loop thread's
+                recent = self._recent.get(key)
+                if recent is not None:
+                    recent.row = (cid, turns, described is not None)
+            return hidden
+
+        size = len(state) + sum(len(e[2]) for e in entries)
+        written = self._batched(job, size=size)
         written.add_done_callback(
             lambda done: self._written(key, snap.head, cached, remembered, done)
         )
@@ -362,29 +573,22 @@ class SqliteStore(search.Searchable):
         return written
 
     async def flush(self) -> None:
-        """Return once every turn queued so far is written (or failed to be).
-
-        Turns queued from an event loop that has ended since are not waited
-        for: nothing would ever settle them (their writer may have had them).
-        """
+        """Return once every turn queued so far is written (or failed to be)."""
         if self._queued:
-            loop = asyncio.get_running_loop()
-            pending = [f for f in self._queued.values() if f.get_loop() is loop]
-            if pending:
-                await asyncio.wait(pending)
+            await asyncio.wait(list(self._queued.values()))
 
-    def _remember(self, key: ConvKey, head: str, cached: tuple[int, str, float]) -> _Recent | None:
-        """Add a queued turn's snapshot to `_recent`; None if the conversation is not there."""
+    def _remember(self, key: ConvKey, head: str, cached: tuple[int, str, float]) -> bool:
+        """Add a queued turn's snapshot to `_recent`; False if the conversation is not there."""
         if self._reader is None:
-            return None
+            return False
         recent = self._recent.get(key)
         if recent is None:
-            return None
+            return False
         if recent.updated_at < self._cutoff():  # expired: the commit deletes what it knew
             del self._recent[key]
-            return None
+            return False
         self._add(key, recent, head, cached)
-        return recent
+        return True
 
     def _add(
         self, key: ConvKey, recent: _Recent, head: str, cached: tuple[int, str, float]
@@ -410,16 +614,9 @@ class SqliteStore(search.Searchable):
         if done.cancelled() or done.exception() is not None:
             self._recent.pop(key, None)
             return
-        if self._reader is None:
+        if remembered or self._reader is None:
             return
-        hidden, described = done.result()
-        recent = self._recent.get(key)
-        if remembered:
-            if recent is not None:
-                recent.described = described
-            return
-        recent = recent or _Recent(hidden=hidden, updated_at=self._now())
-        recent.described = described
+        recent = self._recent.get(key) or _Recent(hidden=done.result(), updated_at=self._now())
         self._add(key, recent, head, cached)
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
@@ -488,32 +685,18 @@ class SqliteStore(search.Searchable):
         self._recent[key] = _Recent(hidden=hidden, updated_at=self._now())
 
     def _unchanged(self) -> bool:
-        """Whether nobody but this store's writer committed since `_recent` was last trusted.
+        """Whether nobody but this process's groups committed since its last group.
 
-        The reader's data version moves for every commit, the writer's
-        included; when it has moved, `last_writer` tells whose the last one
-        was, and the writer's count of groups that found another's commit
-        before them tells about the ones before (see migration m008). The
-        version is read first: a commit between the two reads is checked
-        again next time. Anything else forgets all of `_recent`.
+        Asked of the writing connection, the only one whose data version its
+        own groups leave alone; between groups it holds no transaction.
         """
-        reader = self._reader
-        if reader is None or self._closed:
+        here = self._here
+        if here is None or self._closed:
             return False
         try:
-            version = int(reader.execute(DATA_VERSION).fetchone()[0])
-            if version == self._version:
-                return True
-            row = reader.execute(LAST_WRITER).fetchone()
+            return int(here.execute(DATA_VERSION).fetchone()[0]) == self._version
         except sqlite3.Error:
             return False
-        self._version = version
-        if row is not None and row[0] == self._token:
-            if row[1] == self._foreign:
-                return True
-            self._foreign = int(row[1])
-        self._recent.clear()
-        return False
 
     async def latest(self, key: ConvKey) -> Conversation | None:
         def job(db: sqlite3.Connection) -> Conversation | None:
@@ -610,186 +793,21 @@ class SqliteStore(search.Searchable):
         db, self._closed = self._db, True
         if self._reader is not None:
             self._reader.close()
+        if self._here is not None:
+            self._here.close()
+            self._here = None
         loop = asyncio.get_running_loop()
-        if self._pipe is not None:
-            self._pipe.detach()
-            # The writer closes first: the last connection to close checkpoints
-            # and removes the WAL, and that is the worker's, below.
-            await loop.run_in_executor(self._executor, self._pipe.close)
-            self._pipe = None
+        self._checkpoint_wake.set()  # a waiting checkpoint runs now, not in a second
+        # The writer closes last: the last connection to close checkpoints and removes the WAL.
+        await loop.run_in_executor(self._checkpointer, self._close_checkpointer)
+        self._checkpointer.shutdown(wait=False)
         await loop.run_in_executor(self._executor, db.close)
         self._executor.shutdown(wait=False)
 
-
-class _Pipe:
-    """The writer process of one store, and the socket its frames go through.
-
-    Frames are answered in order, so the groups sent wait in `inflight`.
-    Sending never blocks the loop: what the socket does not take at once
-    waits in `out` until it is writable. Results are read by a thread of
-    their own, blocked in `recv`, which hands each frame to the loop (one
-    wake-up a group). If the writer dies, its groups fail (their turns may
-    or may not be written) and the next group starts another.
-    """
-
-    def __init__(
-        self,
-        store: SqliteStore,
-        loop: asyncio.AbstractEventLoop,
-        sock: socket.socket,
-        process: subprocess.Popen[bytes],
-    ) -> None:
-        self.store = store
-        self.loop = loop
-        self.sock = sock
-        self.process = process
-        self.inflight: collections.deque[list[_Job]] = collections.deque()
-        self.out = bytearray()
-        self.open = True
-        # A store dropped without `close` still ends its writer (which writes
-        # what it received first) and reaps it.
-        self.end = weakref.finalize(self, _end_writer, sock, process)
-        results = sock.dup()
-        results.setblocking(True)
-        threading.Thread(
-            target=_read_results,
-            args=(results, loop, weakref.WeakMethod(self._answered)),
-            name="store-sqlite-results",
-            daemon=True,
-        ).start()
-
-    @classmethod
-    def start(cls, store: SqliteStore, loop: asyncio.AbstractEventLoop) -> _Pipe:
-        if store._pipe is not None:  # another loop's: its groups are answered there
-            store._pipe.detach()
-        ours, theirs = socket.socketpair()
-        try:
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p
-            )
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys; from proxy.store.writer import main; sys.exit(main(sys.argv[1:]))",
-                    str(theirs.fileno()),
-                    store.path,
-                    store._token,
-                    str(store._max_snapshots),
-                    str(store._busy_timeout_s),
-                    *map(str, store._checkpoints),
-                ],
-                pass_fds=[theirs.fileno()],
-                env=env,
-                stdin=subprocess.DEVNULL,
-            )
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        ours.setblocking(False)
-        return cls(store, loop, ours, process)
-
-    def send(self, jobs: list[_Job]) -> None:
-        if not self.open:
-            raise OSError("the writer process has exited")
-        data = frame([j.row for j in jobs])
-        self.inflight.append(jobs)
-        if self.out:
-            self.out += data
-            return
-        try:
-            sent = self.sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._answered(None)
-            return
-        if sent < len(data):
-            self.out += memoryview(data)[sent:]
-            self.loop.add_writer(self.sock.fileno(), self._writable)
-
-    def _writable(self) -> None:
-        try:
-            sent = self.sock.send(self.out)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._answered(None)
-            return
-        del self.out[:sent]
-        if not self.out:
-            self.loop.remove_writer(self.sock.fileno())
-
-    def _answered(self, results: list[Result] | None) -> None:
-        """On the loop's thread: a group's results, or None: the writer is gone."""
-        if results is not None:
-            if self.inflight:
-                self.store._written_group(self.inflight.popleft(), results)
-            return
-        if not self.open:
-            return
-        log.warning("the SQLite writer process exited (code %s)", self.process.poll())
-        self.detach()
-        while self.inflight:
-            jobs = self.inflight.popleft()
-            _settle(jobs, [(False, ("error", "the SQLite writer process exited"))] * len(jobs))
-        if self.store._pipe is self:
-            self.store._pipe = None
-
-    def detach(self) -> None:
-        """Take no more groups (the socket stays open until `close`)."""
-        if self.open:
-            self.open = False
-            if self.out and not self.loop.is_closed():
-                self.loop.remove_writer(self.sock.fileno())
-
-    def close(self) -> None:
-        """On the worker thread, after every group was answered: end the writer and wait for it."""
-        self.end()
-
-
-def _read_results(
-    sock: socket.socket,
-    loop: asyncio.AbstractEventLoop,
-    answered: weakref.WeakMethod[Callable[[list[Result] | None], None]],
-) -> None:
-    """The results thread: each frame the writer sends, to the loop; None once it hangs up."""
-    buffer = bytearray()
-    try:
-        while True:
-            try:
-                chunk = sock.recv(1 << 20)
-            except OSError:
-                chunk = b""
-            buffer += chunk
-            batch: list[list[Result] | None] = list(frames(buffer)) if chunk else [None]
-            callback = answered()
-            if callback is None:
-                return
-            for results in batch:
-                loop.call_soon_threadsafe(callback, results)
-            del callback
-            if not chunk:
-                return
-    except RuntimeError:  # the loop is closed
-        return
-    finally:
-        sock.close()
-
-
-def _end_writer(sock: socket.socket, process: subprocess.Popen[bytes]) -> None:
-    """Hang up on a writer, which then writes what it received and exits; wait for it."""
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_WR)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    sock.close()
+    def _close_checkpointer(self) -> None:
+        if self._checkpoint_db is not None:
+            self._checkpoint_db.close()
+            self._checkpoint_db = None
 
 
 def _weight(recent: _Recent) -> int:
@@ -815,9 +833,12 @@ class _Recent:
     # (their upstream failed, say) also count against the budget. Kept as
     # snapshots come and go, because the cache weighs an entry at every turn.
     weight: int = 200
-    # Whether the last turn written left the working history described by its
-    # chain (no working rows; see m005); None: not known yet.
-    described: bool | None = None
+    # The conversation's row as this process's last write left it: id, turns,
+    # and whether its chain describes the working history. A turn then updates
+    # the row by id (9 us) instead of upserting it and reading it back (41 us).
+    # Set as a job writes, so a later turn in the same group sees it; unset
+    # when a group's writes are undone.
+    row: tuple[int, int, bool] | None = None
 
     def add(self, head: str, cached: tuple[int, str, float], now: float, limit: int) -> None:
         snapshots = self.snapshots
@@ -848,31 +869,30 @@ class _Recent:
 
 @dataclass(frozen=True, slots=True)
 class _Job:
-    row: TurnRow
-    future: asyncio.Future[tuple[int, bool]]
+    job: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    size: int  # bytes of text written, which the WAL will hold until a checkpoint
 
 
-def _settle(jobs: list[_Job], results: list[Result]) -> None:
+def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
     for job, (ok, value) in zip(jobs, results, strict=True):
         if job.future.done():  # the caller was cancelled; the job ran all the same
             continue
         if ok:
             job.future.set_result(value)
+        elif isinstance(value, sqlite3.Error):
+            error = StoreError(f"SQLite: {value}")
+            error.__cause__ = value
+            job.future.set_exception(error)
         else:
-            kind, message = value
-            if kind == "conflict":
-                job.future.set_exception(Conflict(message))
-            else:
-                job.future.set_exception(
-                    StoreError(f"SQLite: {message}" if kind == "sqlite" else message)
-                )
+            job.future.set_exception(value)
 
 
 def _first_bytes(jobs: list[_Job], limit: int) -> list[_Job]:
     """The leading jobs whose text stays within `limit` bytes, and at least one."""
     size = 0
     for i, job in enumerate(jobs):
-        size += job.row.size
+        size += job.size
         if size > limit and i > 0:
             return jobs[:i]
     return list(jobs)
@@ -897,6 +917,48 @@ def _first_fresh(layout: WorkingLayout | None, n: int) -> int:
     return max(layout.leading, min(n, layout.leading + layout.fresh - layout.start))
 
 
+def _write_working(
+    db: sqlite3.Connection, cid: int, turn: TurnCommit, first: int, texts: list[str] | None
+) -> None:
+    """Bring the working rows to `turn.working`, writing the rows from `first` on if that suffices.
+
+    The rows kept must be the same history: the row before the first fresh
+    one carries the chain hash the layout expects, and every kept position
+    has a row. Otherwise (append mode, an edit past the rows, a first turn)
+    all rows are rewritten. With a layout, rows carry chain hashes, and the
+    rows of messages archived by this commit no text (see migration m003);
+    without one (append mode), text and no hash.
+    """
+    layout, working = turn.layout, turn.working
+    insert = "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)"
+    if layout is None or texts is not None:
+        db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+        db.executemany(insert, [(cid, i, None, text) for i, text in enumerate(texts or ())])
+        return
+    if first > 0 and _rows_match(db, cid, layout, first):
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ? AND pos < ?",
+            (cid, layout.leading, layout.start),
+        )
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ?",
+            (cid, layout.position(first)),
+        )
+        older = []
+    else:
+        # The messages before `first` may predate an archive that expired in
+        # this very commit, so their rows keep their own text.
+        db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+        older = [
+            (cid, layout.position(i), layout.hashes[i], dumps(working[i])) for i in range(first)
+        ]
+    db.executemany(
+        insert,
+        older
+        + [(cid, layout.position(i), layout.hashes[i], None) for i in range(first, len(working))],
+    )
+
+
 def _working_of_chain(
     db: sqlite3.Connection, cid: int, position: int, described: list[Any]
 ) -> list[str | None]:
@@ -914,9 +976,42 @@ def _working_of_chain(
     return [*texts[:leading], *texts[start:]]
 
 
-def _write(db: sqlite3.Connection, body: Callable[[], T]) -> T:
-    """`body` in one write transaction, undone on error."""
-    db.execute("BEGIN IMMEDIATE")
+def _archived(db: sqlite3.Connection, cid: int, digest: str) -> bool:
+    row = db.execute(
+        "SELECT 1 FROM messages WHERE conversation_id = ? AND hash = ?", (cid, digest)
+    ).fetchone()
+    return row is not None
+
+
+def _rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: int) -> bool:
+    """Whether the stored rows hold `working[:first]` of this layout, by a few index lookups.
+
+    Stored rows always form one history's working list: a leading block from
+    position 0 and one contiguous run (every write keeps or rewrites them so).
+    The row before the first fresh one carrying the expected chain hash means
+    the same history up to there; the rows at the run's and the block's ends
+    being present means none of the kept ones is missing.
+    """
+    last = layout.position(first - 1)
+    probes = [last]
+    if first > layout.leading:
+        probes.append(layout.start)
+        if layout.leading:
+            probes.append(layout.leading - 1)
+    marks = ",".join("?" * len(probes))
+    found = dict(
+        db.execute(
+            f"SELECT pos, hash FROM working WHERE conversation_id = ? AND pos IN ({marks})",
+            (cid, *probes),
+        ).fetchall()
+    )
+    return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
+
+
+def _write(db: sqlite3.Connection, body: Callable[[], T], *, begun: bool = False) -> T:
+    """`body` in one write transaction (`begun`: the caller has opened it), undone on error."""
+    if not begun:
+        db.execute("BEGIN IMMEDIATE")
     try:
         result = body()
     except BaseException:
