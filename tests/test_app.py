@@ -318,7 +318,7 @@ def test_transport_failures_map_to_502_and_504(h: Harness, exc: Exception, statu
 
 
 class Disconnecting(httpx.AsyncBaseTransport):
-    """What httpx-aiohttp raises when the upstream closes the connection before answering."""
+    """What httpx-aiohttp raised when the upstream closed the connection before answering."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         import aiohttp
@@ -330,7 +330,7 @@ class Disconnecting(httpx.AsyncBaseTransport):
 
 
 def test_a_502_names_the_transports_own_cause() -> None:
-    """httpx-aiohttp raises ConnectTimeout for any aiohttp connection error; say which one."""
+    """A transport may raise a coarse class (httpx-aiohttp: ConnectTimeout); say which cause."""
     settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM})
     app = create_app(settings, transport=Disconnecting(), store=MemoryStore(ttl_s=60))
     with TestClient(app) as client:

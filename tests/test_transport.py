@@ -1,0 +1,313 @@
+"""The aiohttp transport and the client's direct `send`, against real sockets on 127.0.0.1.
+
+Each case is what an upstream does to a proxy in production: answer JSON,
+stream events slowly, send a large or compressed body, take a streamed
+upload, refuse, hang, hang up, or cut an answer short. Servers are uvicorn
+(tests/servers.py) or, for the misbehaving ones, a raw asyncio socket server
+in the test's own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import httpx
+import pytest
+import respx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from proxy.config import UpstreamSettings
+from proxy.transport import EAGER_BYTES, AiohttpTransport
+from proxy.upstream import UpstreamClient, create_client, post_request
+
+from .servers import run_server
+
+BIG = bytes(range(256)) * (EAGER_BYTES // 256 + 4096)  # past the eager limit
+RELEASE = threading.Event()
+SEEN: list[tuple[dict[str, str], bytes]] = []
+
+
+async def answer(request: Request) -> Response:
+    return JSONResponse({"id": "x", "path": request.url.path}, headers={"x-request-id": "r1"})
+
+
+async def events(request: Request) -> Response:
+    async def body() -> AsyncIterator[bytes]:
+        yield b"data: one\n\n"
+        # The second event waits for the test to have read the first: a
+        # transport that buffered the stream would never deliver the first.
+        await asyncio.to_thread(RELEASE.wait, 10)
+        yield b"data: two\n\n"
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+async def big(request: Request) -> Response:
+    return Response(BIG, media_type="application/octet-stream")
+
+
+async def gzipped(request: Request) -> Response:
+    return Response(
+        gzip.compress(b'{"ok": true}'),
+        media_type="application/json",
+        headers={"content-encoding": "gzip"},
+    )
+
+
+async def echo(request: Request) -> Response:
+    body = await request.body()
+    SEEN.append((dict(request.headers), body))
+    return Response(body, media_type="application/octet-stream")
+
+
+async def redirect(request: Request) -> Response:
+    return Response(status_code=302, headers={"location": "/answer"})
+
+
+APP = Starlette(
+    routes=[
+        Route("/answer", answer, methods=["GET", "POST"]),
+        Route("/events", events),
+        Route("/big", big),
+        Route("/gzipped", gzipped),
+        Route("/echo", echo, methods=["POST"]),
+        Route("/redirect", redirect),
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with run_server(APP) as url:
+        yield url
+
+
+def client(**limits: float) -> UpstreamClient:
+    settings = UpstreamSettings(**limits)  # type: ignore[arg-type]
+    made = create_client(settings)
+    assert isinstance(made, UpstreamClient)
+    assert isinstance(made._transport, AiohttpTransport)
+    return made
+
+
+@pytest.mark.asyncio
+async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str) -> None:
+    async with client() as http:
+        request = post_request(
+            http, httpx.URL(server + "/answer"), b"{}", {"content-type": "application/json"}
+        )
+        response = await http.send(request, stream=True)
+        assert response.status_code == 200
+        assert response.request is request
+        assert response.headers["x-request-id"] == "r1"
+        assert response.json() == {"id": "x", "path": "/answer"}  # read already
+        assert await response.aread() == response.content
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        assert raw == response.content
+        await response.aclose()
+        # Sequential requests reuse the one pooled connection.
+        for _ in range(5):
+            again = await http.get(server + "/answer")
+            assert again.status_code == 200
+        connector = http._transport._session.connector  # type: ignore[attr-defined]
+        assert sum(len(v) for v in connector._conns.values()) == 1
+
+
+@pytest.mark.asyncio
+async def test_events_stream_as_they_come(server: str) -> None:
+    RELEASE.clear()
+    async with client() as http:
+        request = http.build_request("GET", server + "/events")
+        response = await http.send(request, stream=True)
+        chunks = response.aiter_raw()
+        first = await asyncio.wait_for(anext(chunks), 5)
+        assert first == b"data: one\n\n"
+        RELEASE.set()
+        rest = b"".join([chunk async for chunk in chunks])
+        assert rest == b"data: two\n\n"
+        await response.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_large_answer_streams_and_arrives_whole(server: str) -> None:
+    async with client() as http:
+        streamed = await http.send(http.build_request("GET", server + "/big"), stream=True)
+        sizes = [len(chunk) async for chunk in streamed.aiter_raw()]
+        await streamed.aclose()
+        assert sum(sizes) == len(BIG) and len(sizes) > 1
+        whole = await http.get(server + "/big")
+        assert whole.content == BIG
+
+
+@pytest.mark.asyncio
+async def test_a_compressed_answer_relays_compressed_and_reads_decoded(server: str) -> None:
+    async with client() as http:
+        request = http.build_request("GET", server + "/gzipped")
+        response = await http.send(request, stream=True)
+        raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        await response.aclose()
+        assert gzip.decompress(raw) == b'{"ok": true}'
+        decoded = await http.get(server + "/gzipped")
+        assert decoded.json() == {"ok": True}
+
+
+@pytest.mark.asyncio
+async def test_uploads_arrive_as_sent(server: str) -> None:
+    SEEN.clear()
+
+    async def parts() -> AsyncIterator[bytes]:
+        for i in range(3):
+            yield f"part{i};".encode()
+
+    async with client() as http:
+        streamed = await http.post(server + "/echo", content=parts())
+        sized = await http.post(server + "/echo", content=parts(), headers={"content-length": "18"})
+        plain = await http.post(server + "/echo", content=b"raw bytes")
+    assert streamed.content == sized.content == b"part0;part1;part2;"
+    assert plain.content == b"raw bytes"
+    (h1, _), (h2, _), (h3, _) = SEEN
+    assert h1["transfer-encoding"] == "chunked" and "content-length" not in h1
+    assert h2["content-length"] == "18" and "transfer-encoding" not in h2
+    # No Content-Type is invented for a body sent without one.
+    assert "content-type" not in h3 and h3["content-length"] == "9"
+
+
+@pytest.mark.asyncio
+async def test_redirects_and_closed_clients_behave_as_httpx_does(server: str) -> None:
+    async with client() as http:
+        kept = await http.get(server + "/redirect")
+        assert kept.status_code == 302  # the proxy relays redirects, never follows them
+        followed = await http.get(server + "/redirect", follow_redirects=True)
+        assert followed.status_code == 200 and followed.json()["path"] == "/answer"
+    with pytest.raises(RuntimeError, match="closed"):
+        await http.get(server + "/answer")
+
+
+@pytest.mark.asyncio
+async def test_no_log_line_per_request(server: str, caplog: pytest.LogCaptureFixture) -> None:
+    """httpx's own send logs each request at INFO, which doubled the proxy's access log."""
+    caplog.set_level(logging.INFO)
+    async with client() as http:
+        await http.get(server + "/answer")
+    assert not [r for r in caplog.records if r.name.startswith("httpx")]
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _raw_server(handle: Handler) -> tuple[asyncio.Server, str]:
+    async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handle(reader, writer)
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(closing, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    return srv, f"http://127.0.0.1:{port}"
+
+
+async def _read_head(reader: asyncio.StreamReader) -> None:
+    await reader.readuntil(b"\r\n\r\n")
+
+
+@pytest.mark.asyncio
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    srv, url = await _raw_server(_read_head)
+    srv.close()
+    await srv.wait_closed()
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError) as caught:
+            await http.get(url)
+    assert caught.value.request.url == httpx.URL(url)
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_that_hangs_up_is_a_protocol_error() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        writer.close()
+
+    srv, url = await _raw_server(hang_up)
+    async with srv, client() as http:
+        with pytest.raises(httpx.RemoteProtocolError) as caught:
+            await http.get(url)
+    assert type(caught.value.__cause__).__name__ == "ServerDisconnectedError"
+
+
+@pytest.mark.asyncio
+async def test_a_silent_upstream_is_a_read_timeout() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        await asyncio.sleep(5)
+
+    srv, url = await _raw_server(silent)
+    async with srv, client(timeout_s=0.3) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.get(url)
+
+
+@pytest.mark.parametrize("kind", ["sized", "chunked"])
+@pytest.mark.asyncio
+async def test_an_answer_cut_short_is_a_read_error(kind: str) -> None:
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_head(reader)
+        if kind == "sized":
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n"
+            writer.write(head + b"\r\n" + b'{"partial":')
+        else:
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            writer.write(head + b"transfer-encoding: chunked\r\n\r\nb\r\ndata: one\n\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+
+    srv, url = await _raw_server(cut)
+    async with srv, client() as http:
+        with pytest.raises(httpx.ReadError):
+            response = await http.send(http.build_request("GET", url), stream=True)
+            try:
+                async for _ in response.aiter_raw():
+                    pass
+            finally:
+                await response.aclose()
+
+
+@pytest.mark.asyncio
+async def test_waiting_for_a_pooled_connection_times_out(server: str) -> None:
+    """aiohttp counts the wait for a pooled connection as connecting: a 502, not a 504."""
+    RELEASE.clear()
+    limits = httpx.Limits(max_connections=1)
+    async with httpx.AsyncClient(transport=AiohttpTransport(limits), timeout=5.0) as http:
+        held = await http.send(http.build_request("GET", server + "/events"), stream=True)
+        try:
+            with pytest.raises(httpx.ConnectTimeout):
+                await http.get(server + "/answer", timeout=httpx.Timeout(5.0, pool=0.2))
+        finally:
+            RELEASE.set()
+            await held.aclose()
+
+
+@pytest.mark.asyncio
+async def test_an_auth_or_hooked_client_takes_httpx_path(server: str) -> None:
+    """The direct send steps aside when anything it skips is in use."""
+    seen: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append(str(request.url))
+
+    with respx.mock(base_url="http://up") as router:
+        router.get("/x").respond(200, json={"ok": 1})
+        async with UpstreamClient(event_hooks={"request": [hook]}) as http:
+            assert (await http.get("http://up/x")).json() == {"ok": 1}
+        async with UpstreamClient(auth=("u", "p")) as http:
+            await http.get("http://up/x")
+        assert router.calls.last.request.headers["authorization"].startswith("Basic ")
+    assert seen == ["http://up/x"]
