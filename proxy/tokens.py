@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate
 from typing import Any, Protocol
 
 from cachetools import LRUCache
@@ -219,6 +221,7 @@ class RequestCounts:
         self._by_id = {id(m): c for m, c in zip(items[fresh:], self.counts[fresh:], strict=True)}
         self._misses = 0 if fresh else MAP_AFTER_MISSES
         self.total = REPLY_PRIMING + sum(self.counts)
+        self._suffix_sums: list[int] | None = None
 
     def __call__(self, message: Message) -> int:
         found = self._by_id.get(id(message))
@@ -234,3 +237,20 @@ class RequestCounts:
                 self._by_id = {id(m): c for m, c in zip(self._keep, self.counts, strict=True)}
                 found = self._by_id.get(id(message))
         return found if found is not None else self.counter.count_message(self.model, message)
+
+    def total_of(self, messages: Sequence[Message]) -> int:
+        """Tokens of `messages`, summed at once when they are this request's last ones.
+
+        A full-history turn's working tail is such a run, and a turn under
+        every threshold only needs its sum: one lookup a message cost 30-50 us
+        a turn in a 100-message conversation (old messages missed the identity
+        map, were digested, then mapped). Anything else is summed message by
+        message.
+        """
+        items = self._keep
+        start = len(items) - len(messages)
+        if messages and start >= 0 and all(map(operator.is_, messages, items[start:])):
+            if self._suffix_sums is None:
+                self._suffix_sums = [*accumulate(reversed(self.counts))][::-1]
+            return self._suffix_sums[start]
+        return sum(map(self, messages))

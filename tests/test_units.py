@@ -106,6 +106,30 @@ def test_request_counts_answer_every_message_as_the_counter_does(
     assert counts.total == 3 + sum(known)
 
 
+@settings(deadline=None)
+@given(
+    size=st.integers(min_value=0, max_value=60),
+    start=st.integers(min_value=0, max_value=70),
+    stop=st.integers(min_value=0, max_value=70),
+    copied=st.booleans(),
+)
+def test_request_counts_total_of_any_run_is_the_sum_of_its_counts(
+    size: int, start: int, stop: int, copied: bool
+) -> None:
+    """A suffix of the request is summed at once; any other run (or copies) one by one."""
+    counter = TokenCounter()
+    history = [user(f"message {i} " + "word " * (i % 5)) for i in range(size)]
+    counts = RequestCounts(counter, "gpt-4o", history)
+    run = history[start:] if stop >= size else history[start:stop]
+    if copied:  # equal messages that are other objects: not the request's own
+        run = [dict(m) for m in run]
+    expected = sum(counter.count_message("gpt-4o", m) for m in run)
+    assert counts.total_of(tuple(run)) == expected
+    assert counts.total_of(tuple(history[start:])) == sum(
+        counter.count_message("gpt-4o", m) for m in history[start:]
+    )
+
+
 def test_offline_counting_falls_back_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     def offline(name: str) -> Any:
         raise OSError("no network")

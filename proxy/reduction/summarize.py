@@ -49,6 +49,7 @@ from .types import (
     SummaryBlock,
     SummaryRequest,
     Working,
+    tokens_of,
 )
 
 # Longer tails go through `reduce_summarize` with the memo, which costs what the
@@ -82,7 +83,7 @@ def under_threshold(
     blocks = working.state.summaries
     summary = summary_message(blocks)
     head = (*working.leading, summary) if summary is not None else working.leading
-    total = sum(map(count, head)) + sum(map(count, tail))
+    total = sum(map(count, head)) + tokens_of(count, tail)
     limit = budget.limit
     soon = policy.prepare_ratio > 0 and total > policy.prepare_ratio * limit
     if total > limit or soon:

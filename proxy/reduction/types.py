@@ -9,7 +9,7 @@ compared, logged and stored without defensive copies.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 
 Counter = Callable[[Message], int]
 """Tokens of one message (framing included). `TokenCounter.for_model` builds one."""
+
+
+def tokens_of(count: Counter, messages: Sequence[Message]) -> int:
+    """Tokens of `messages`; a counter with `total_of` (`RequestCounts`) may sum them at once."""
+    total_of = getattr(count, "total_of", None)
+    return int(total_of(messages)) if total_of is not None else sum(map(count, messages))
+
 
 STRATEGIES = ("none", "messages", "tokens", "summarize", "tiered", "filter")
 
