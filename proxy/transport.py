@@ -140,7 +140,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session or self._open()
-        headers = request.headers.multi_items()
+        try:  # httpx's `multi_items` guesses an encoding over all headers first, every call
+            headers = [(k.decode(), v.decode()) for k, v in request.headers.raw]
+        except UnicodeDecodeError:
+            headers = request.headers.multi_items()
         data: bytes | httpx.AsyncByteStream | None
         try:
             data = request.content or None

@@ -171,6 +171,31 @@ async def test_another_replicas_turns_are_seen_through_the_data_version(
 
 
 @pytest.mark.asyncio
+async def test_concurrent_lookups_share_a_check_that_the_next_iteration_repeats(
+    tmp_path: Path,
+) -> None:
+    """Lookups served in one pass of the loop share one data-version check; later ones do not.
+
+    A request that arrives after another process committed is served by a
+    callback queued after that commit, so it must see it.
+    """
+    path = tmp_path / "shared-check.db"
+    store = SqliteStore(str(path))
+    await store.commit(turn(ALICE, request(0)))
+    heads = chain_hashes(request(1))
+    assert await store.find_snapshot(ALICE, heads) is not None
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("PRAGMA foreign_keys = ON")
+        other.execute("DELETE FROM conversations")  # another process, between two requests
+    finally:
+        other.close()
+    await asyncio.sleep(0)
+    assert await store.find_snapshot(ALICE, heads) is None
+    await store.close()
+
+
+@pytest.mark.asyncio
 async def test_a_queued_turn_that_cannot_be_written_is_forgotten(tmp_path: Path) -> None:
     path = tmp_path / "stuck.db"
     store = SqliteStore(str(path), busy_timeout_s=0.2)
@@ -324,12 +349,16 @@ async def test_a_writer_outside_the_store_is_seen_whatever_it_changes(tmp_path: 
     remembered = await store.find_snapshot(ALICE, chain_hashes(request(2)))
     assert remembered is not None and remembered.head == second.snapshot.head
 
+    # Each lookup after a shell write is a later request, served on a later
+    # pass of the loop (lookups on the same pass share one check).
     shell = sqlite3.connect(path, isolation_level=None)
     shell.execute("DELETE FROM snapshots WHERE head = ?", (second.snapshot.head,))
+    await asyncio.sleep(0)
     found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
     assert found is not None and found.head == first.snapshot.head
 
     shell.execute("UPDATE snapshots SET state = '{\"edited\": true}'")
+    await asyncio.sleep(0)
     found = await store.find_snapshot(ALICE, chain_hashes(request(2)))
     assert found is not None and found.state == {"edited": True}
 
