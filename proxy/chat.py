@@ -97,7 +97,7 @@ async def chat_completions(request: Request) -> Response:
             ctx, key, payload, messages, mode, strategy, headers, resend.of(key)
         )
         response = await send(ctx, forward_body(body, payload, outcome.reduction.messages), headers)
-        ctx.metrics.upstream_latency.labels("/v1/chat/completions").observe(
+        ctx.metrics.child(ctx.metrics.upstream_latency, "/v1/chat/completions").observe(
             time.perf_counter() - started
         )
     except BaseException:
