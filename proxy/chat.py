@@ -42,7 +42,14 @@ from .messages import (
 from .outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from .reduction import reduce
 from .reduction.tail import Tail
-from .reduction.types import KINDS, STRATEGIES, ContextTooLarge, Reduction, SummaryRequest
+from .reduction.types import (
+    KINDS,
+    STRATEGIES,
+    ContextTooLarge,
+    Reduction,
+    ReductionState,
+    SummaryRequest,
+)
 from .sse import StreamAssembler, message_from_completion
 from .store import Conflict, ConvKey, StoreError
 from .summarizer import SummarizerUnavailable
@@ -269,7 +276,9 @@ async def _reduce(
     window result the core prepared alongside its requests is forwarded.
     """
     model = str(payload["model"])
-    policy = ctx.policy(strategy)
+    policy = ctx.policy(
+        strategy, preparing=ctx.prepared_for.get(key) != _stretch(turn.working.state)
+    )
     budget = ctx.budget(model, reserved_output(payload))
     try:
         prepared = ctx.prepared.get(key) or {}
@@ -652,12 +661,16 @@ def prepare_next(ctx: AppContext, outcome: Outcome) -> None:
         return
     # One preparation per stretch between reductions: the span grows every turn,
     # and the first one prepared is enough to spare the crossing turn its wait.
-    state = outcome.reduction.state
-    stretch = (state.tail_start, len(state.summaries))
+    stretch = _stretch(outcome.reduction.state)
     if ctx.prepared_for.get(outcome.key) == stretch:
         return
     if ctx.background.spawn(outcome.key, _prepare(ctx, outcome, outcome.reduction.prepare[0])):
         ctx.prepared_for[outcome.key] = stretch
+
+
+def _stretch(state: ReductionState) -> tuple[int, int]:
+    """Which stretch between reductions a state belongs to: its tail's start and summaries."""
+    return (state.tail_start, len(state.summaries))
 
 
 def embed_next(ctx: AppContext, outcome: Outcome) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Coroutine, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -128,7 +128,7 @@ class AppContext:
     # Budgets and policies are pure functions of settings and a few request values;
     # built once per distinct input instead of once per request.
     _budgets: dict[tuple[str, int], Budget] = field(default_factory=dict, repr=False)
-    _policies: dict[str, Policy] = field(default_factory=dict, repr=False)
+    _policies: dict[tuple[str, bool], Policy] = field(default_factory=dict, repr=False)
     # The upstream is fixed by configuration, so its chat URL is parsed once.
     chat_url: httpx.URL = field(init=False)
 
@@ -136,10 +136,20 @@ class AppContext:
         base = self.settings.upstream.base_url
         self.chat_url = httpx.URL(upstream_url(base, "/v1/chat/completions"))
 
-    def policy(self, strategy: str) -> Policy:
-        found = self._policies.get(strategy)
+    def policy(self, strategy: str, *, preparing: bool = True) -> Policy:
+        """The strategy's policy; `preparing=False` turns summary preparation off.
+
+        A stretch that has its preparation already needs no other (see
+        `chat.prepare_next`), and without one to compute the core answers a
+        turn near the trigger at a glance instead of grouping the tail to
+        find the eviction it would prepare.
+        """
+        found = self._policies.get((strategy, preparing))
         if found is None:
-            found = self._policies[strategy] = self._policy(strategy)
+            found = self._policy(strategy)
+            if not preparing:
+                found = replace(found, prepare_ratio=0.0)
+            self._policies[(strategy, preparing)] = found
         return found
 
     def budget(self, model: str, reserved_output: int) -> Budget:

@@ -368,6 +368,35 @@ def test_a_history_under_every_threshold_is_reduced_as_grouping_it_would(
         assert reduce(working, policy, budget, count) == full
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), budgets, st.data())
+def test_a_prepare_ratio_changes_what_is_prepared_and_nothing_else(
+    conv: tuple[list[Message], list[Message]], budget: Budget, data: st.DataObject
+) -> None:
+    """The proxy turns preparation off for a stretch that has one (`prepare_ratio=0`)."""
+    leading, body = conv
+    start = data.draw(st.integers(0, len(body)), label="tail_start")
+    blocks = data.draw(st.sampled_from([(), (SummaryBlock("the talk so far", start),)]))
+    working = Working(tuple(leading), tuple(body[start:]), ReductionState(start, blocks))
+    ratio = data.draw(st.sampled_from([0.5, 0.8, 1.0]), label="prepare")
+    by = data.draw(st.sampled_from(["tokens", "messages", "both"]), label="by")
+    results = []
+    for prepare_ratio in (ratio, 0.0):
+        policy = Policy(strategy="summarize", summarize_by=by, prepare_ratio=prepare_ratio)
+        try:
+            results.append(reduce(working, policy, budget, count))
+        except ContextTooLarge:
+            results.append(None)
+    preparing, off = results
+    assert (preparing is None) == (off is None)
+    if preparing is None or off is None:
+        return
+    event("prepared" if preparing.prepare else "nothing to prepare")
+    assert off.prepare == ()
+    for field in ("messages", "state", "kinds", "summary_requests", "dropped", "tokens_out"):
+        assert getattr(off, field) == getattr(preparing, field)
+
+
 def test_a_short_plain_history_is_forwarded_without_grouping() -> None:
     leading = (system("be brief"),)
     tail = (user("hi"), assistant("hello"), user("how are you?"))
