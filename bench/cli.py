@@ -41,7 +41,7 @@ QUICK = Plan(
     wait_turns=40,
 )
 FULL = Plan(
-    reps=3,
+    reps=5,
     duration_s=1.2,
     max_requests=10000,
     turn_convs={10: 96, 100: 48, 1000: 12},

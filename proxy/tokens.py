@@ -9,6 +9,7 @@ token estimate and says so once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import operator
@@ -38,6 +39,7 @@ _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", 
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
 
 
+@functools.lru_cache(maxsize=1024)  # model names come from clients: bounded
 def encoding_name_for(model: str) -> str:
     """o200k_base for the gpt-4o / gpt-4.1 / o-series families, cl100k_base for gpt-4 and gpt-3.5.
 
