@@ -136,7 +136,7 @@ async def unexpected_error(request: Request, exc: Exception) -> Response:
 async def passthrough(request: Request) -> Response:
     """Every other /v1/ route: method, path, query, body and status unchanged, streamed."""
     ctx: AppContext = request.state.ctx
-    authorize(ctx, request)
+    authorize(ctx, request.headers)
     limit = ctx.settings.server.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:

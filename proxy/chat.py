@@ -73,17 +73,18 @@ access = logging.getLogger("context_proxy.access")
 async def chat_completions(request: Request) -> Response:
     ctx: AppContext = request.state.ctx
     started = time.perf_counter()
-    check_content_type(request.headers.get("content-type"))
+    given = header_map(request)
+    check_content_type(given.get("content-type"))
     body = await read_body(request, ctx.settings.server.max_body_bytes)
-    resend = Resend(ctx, request.headers, body)
+    resend = Resend(ctx, given, body)
     payload = parse_chat(body, resend, resend.reparse())
-    authorize(ctx, request)
+    authorize(ctx, given)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
-    mode = request.headers.get("x-context-mode", "full").strip().lower()
+    mode = given.get("x-context-mode", "full").strip().lower()
     if mode not in ("full", "append"):
         raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.", param="X-Context-Mode")
-    strategy = request.headers.get("x-context-strategy", "").strip().lower()
+    strategy = given.get("x-context-strategy", "").strip().lower()
     strategy = strategy or ctx.settings.reduction.strategy
     if strategy not in STRATEGIES:
         raise ProxyError(
@@ -167,8 +168,22 @@ def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started:
     )
 
 
-def authorize(ctx: AppContext, request: Request) -> None:
-    api_key = bearer_token(request.headers)
+def header_map(request: Request) -> dict[str, str]:
+    """The request's headers by name (ASGI's are lower-case), the first of each, decoded once.
+
+    Starlette's `Headers.get` scans every header on each call, and a chat
+    request reads seven of them.
+    """
+    found: dict[str, str] = {}
+    for name, value in request.scope["headers"]:
+        key = name.decode("latin-1")
+        if key not in found:
+            found[key] = value.decode("latin-1")
+    return found
+
+
+def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
+    api_key = bearer_token(headers)
     keys = ctx.settings.auth.client_keys
     if keys and not any(hmac.compare_digest(api_key.encode(), k.encode()) for k in keys):
         raise ProxyError(401, "Incorrect API key provided for this proxy.", code="invalid_api_key")

@@ -34,8 +34,10 @@ without a request, so a working answer never turns into an error).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 from functools import partial
+from itertools import repeat
 
 from ..messages import Message
 from ..tokens import REPLY_PRIMING
@@ -77,9 +79,11 @@ def under_threshold(
         budget.target_messages + budget.threshold_messages
     ):
         return None
-    for message in tail:
-        if "tool_calls" in message or message.get("role") == "tool":
-            return None
+    # A message at a time in C: this scan ran for every message of every turn.
+    if any(map(operator.contains, tail, repeat("tool_calls"))):
+        return None
+    if "tool" in map(dict.get, tail, repeat("role")):
+        return None
     blocks = working.state.summaries
     summary = summary_message(blocks)
     head = (*working.leading, summary) if summary is not None else working.leading
