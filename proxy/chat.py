@@ -254,6 +254,7 @@ async def prepare(
     count = RequestCounts(ctx.counter, model, turn.history, digests, counts, seen)
     tokens_in = count.total
     made = spent = 0
+    memo: Tail | None = None
     if strategy == "none":
         reduction = _unreduced(turn, tokens_in)
     else:
@@ -262,7 +263,7 @@ async def prepare(
             ctx, key, turn, payload, strategy, headers, count, memo
         )
     if resend is not None and digests is not None:
-        known = _known(resend, messages, digests, hashes, model, count, turn, reduction)
+        known = _known(resend, messages, digests, hashes, model, count, turn, reduction, memo)
         ctx.remember(key, known, resend.fingerprints(known))
     recalled: int | None = None
     if ctx.settings.recall.enabled:
@@ -537,9 +538,16 @@ def _known(
     count: RequestCounts,
     turn: conv.Turn,
     reduction: Reduction,
+    memo: Tail | None = None,
 ) -> Known:
-    """This request, remembered for the next one; its tail as the next turn will start it."""
-    tail = reduction.tail
+    """This request, remembered for the next one; its tail as the next turn will start it.
+
+    A turn the core answered at a glance grouped nothing (its result has no
+    tail), so the tail it was given as a memo is handed on: a prefix of the
+    next turns' tails still, it spares the turn that crosses the trigger a
+    regroup of the whole tail (a stale one only costs that regroup).
+    """
+    tail = reduction.tail if reduction.tail is not None else memo
     moved = reduction.state.tail_start - turn.working.state.tail_start
     prefix_len, prefix_digest, suffix_len, suffix_digest = remember(resend.body, resend.bounds)
     return Known(
