@@ -57,7 +57,6 @@ from .tokens import RequestCounts
 from .upstream import (
     bearer_token,
     forward_headers,
-    post_request,
     response_headers,
     transport_error,
 )
@@ -596,8 +595,7 @@ def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Messag
 
 async def send(ctx: AppContext, content: bytes, headers: dict[str, str]) -> httpx.Response:
     # The proxy reads the answer to keep it, so it asks for an uncompressed one.
-    request = post_request(
-        ctx.client,
+    request = ctx.client.post_request(
         ctx.chat_url,
         content,
         {**headers, "content-type": "application/json", "accept-encoding": "identity"},

@@ -21,7 +21,7 @@ from .reduction.types import Budget, Policy
 from .store import Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
-from .upstream import upstream_url
+from .upstream import UpstreamClient, upstream_url
 
 KNOWN_BYTES = 64 * 1024 * 1024
 MEMO_LIMIT = 4096
@@ -83,7 +83,7 @@ class Background:
 @dataclass
 class AppContext:
     settings: Settings
-    client: httpx.AsyncClient
+    client: UpstreamClient
     store: Store
     counter: TokenCounter
     summarizer: Summarizer

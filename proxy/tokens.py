@@ -14,7 +14,6 @@ import logging
 import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from itertools import accumulate
 from typing import Any, Protocol
 
 from cachetools import LRUCache
@@ -223,7 +222,6 @@ class RequestCounts:
         self._by_id = {id(m): c for m, c in zip(items[fresh:], self.counts[fresh:], strict=True)}
         self._misses = 0 if fresh else MAP_AFTER_MISSES
         self.total = REPLY_PRIMING + sum(self.counts)
-        self._suffix_sums: list[int] | None = None
 
     def __call__(self, message: Message) -> int:
         found = self._by_id.get(id(message))
@@ -241,7 +239,7 @@ class RequestCounts:
         return found if found is not None else self.counter.count_message(self.model, message)
 
     def total_of(self, messages: Sequence[Message]) -> int:
-        """Tokens of `messages`, summed at once when they are this request's last ones.
+        """Tokens of `messages`, summed from the request's counts when they are its last ones.
 
         A full-history turn's working tail is such a run, and a turn under
         every threshold only needs its sum: one lookup a message cost 30-50 us
@@ -252,7 +250,5 @@ class RequestCounts:
         items = self._keep
         start = len(items) - len(messages)
         if messages and start >= 0 and all(map(operator.is_, messages, items[start:])):
-            if self._suffix_sums is None:
-                self._suffix_sums = [*accumulate(reversed(self.counts))][::-1]
-            return self._suffix_sums[start]
+            return sum(self.counts[start:])
         return sum(map(self, messages))

@@ -97,6 +97,32 @@ class UpstreamClient(httpx.AsyncClient):
                 raise
         return response
 
+    def post_request(
+        self, url: httpx.URL, content: bytes, headers: Mapping[str, str]
+    ) -> httpx.Request:
+        """A POST as `build_request` makes it, minus its per-call work.
+
+        The URL is parsed once by the caller (the upstream is fixed); cookies
+        are never sent, and the default headers and timeouts are read once.
+        Host and Content-Length are set here, which lets httpx take the body
+        as a ready stream instead of encoding it and rebuilding the headers
+        (8 us instead of 22 a request).
+        """
+        request = httpx.Request(
+            "POST",
+            url,
+            headers={
+                "host": url.netloc.decode("ascii"),
+                **self._defaults,
+                **headers,
+                "content-length": str(len(content)),
+            },
+            stream=httpx.ByteStream(content),
+            extensions={"timeout": self._timeouts},
+        )
+        request.read()  # a ByteStream: this only keeps `content` readable
+        return request
+
     @property
     def cookies(self) -> httpx.Cookies:
         return self._no_cookies
@@ -108,7 +134,7 @@ class UpstreamClient(httpx.AsyncClient):
 
 def create_client(
     settings: UpstreamSettings, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
+) -> UpstreamClient:
     timeout = httpx.Timeout(settings.timeout_s, connect=settings.connect_timeout_s, pool=30.0)
     limits = httpx.Limits(
         max_connections=settings.max_connections,
@@ -125,38 +151,6 @@ def create_client(
     return UpstreamClient(
         timeout=timeout, limits=limits, transport=transport, follow_redirects=False
     )
-
-
-def post_request(
-    client: httpx.AsyncClient, url: httpx.URL, content: bytes, headers: Mapping[str, str]
-) -> httpx.Request:
-    """A POST as `client.build_request` makes it, minus its per-call work.
-
-    The URL is parsed once (the upstream is fixed); cookies are never sent
-    (see `UpstreamClient`), and its default headers and timeouts are read once.
-    Host and Content-Length are set here, which lets httpx take the body as a
-    ready stream instead of encoding it and rebuilding the headers (8 us
-    instead of 22 a request).
-    """
-    if isinstance(client, UpstreamClient):
-        defaults, timeouts = client._defaults, client._timeouts
-    else:
-        defaults = {k.lower(): v for k, v in client.headers.items()}
-        timeouts = client.timeout.as_dict()
-    request = httpx.Request(
-        "POST",
-        url,
-        headers={
-            "host": url.netloc.decode("ascii"),
-            **defaults,
-            **headers,
-            "content-length": str(len(content)),
-        },
-        stream=httpx.ByteStream(content),
-        extensions={"timeout": timeouts},
-    )
-    request.read()  # a ByteStream: this only keeps `content` readable
-    return request
 
 
 def upstream_url(base_url: str, path: str, query: str = "") -> str:
