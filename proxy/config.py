@@ -63,7 +63,9 @@ class UpstreamSettings:
         default=4.0,
     )
     transport: str = _doc(
-        "aiohttp (faster under concurrency) | httpx (httpcore's own pool).", default="aiohttp"
+        "reqwest (pyreqwest: Rust, on a thread of its own; the fastest) | aiohttp (for "
+        "platforms without pyreqwest wheels, such as musl) | httpx (httpcore's own pool).",
+        default="reqwest",
     )
 
 
@@ -304,9 +306,9 @@ def _validate(s: Settings) -> None:
         "must be an http:// or https:// URL",
     )
     check(
-        s.upstream.transport in ("aiohttp", "httpx"),
+        s.upstream.transport in ("reqwest", "aiohttp", "httpx"),
         "upstream.transport",
-        "must be aiohttp or httpx",
+        "must be reqwest, aiohttp or httpx",
     )
     check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
     check(s.upstream.keepalive_s >= 0, "upstream.keepalive_s", "must not be negative")

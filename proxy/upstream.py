@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import orjson
 
+from . import transports
 from .config import UpstreamSettings
 from .errors import UpstreamError
 
@@ -141,13 +142,8 @@ def create_client(
         max_keepalive_connections=settings.max_connections,
         keepalive_expiry=settings.keepalive_s,
     )
-    if transport is None and settings.transport == "aiohttp":
-        # httpcore's pool checks every idle socket on each request, which caps a
-        # busy proxy; aiohttp's pool underneath keeps httpx's API (bench/ measures
-        # 3x the throughput at 32 concurrent requests). See transport.py.
-        from .transport import AiohttpTransport
-
-        transport = AiohttpTransport(limits)
+    if transport is None:  # httpcore's pool checks every idle socket per request: see transports/
+        transport = transports.create(settings.transport, limits, timeout)
     return UpstreamClient(
         timeout=timeout, limits=limits, transport=transport, follow_redirects=False
     )
@@ -183,7 +179,10 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
 
 def transport_error(exc: httpx.HTTPError) -> UpstreamError:
     """Map an httpx failure to the status design.md promises: 504 for timeouts, else 502."""
-    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+    # Waiting for a connection (ours, or one to open) is not the upstream being slow.
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(
+        exc, (httpx.ConnectTimeout, httpx.PoolTimeout)
+    ):
         return UpstreamError(
             504, "The upstream did not answer in time.", type="upstream_error", code="timeout"
         )

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import uvicorn
 
 
@@ -27,11 +31,13 @@ def run_server(
     port: int | None = None,
     startup_timeout_s: float = 10.0,
     shutdown_timeout_s: float = 10.0,
+    **options: Any,
 ) -> Iterator[str]:
     """Serve `app` with uvicorn in a background thread; yield its base URL ("http://HOST:PORT").
 
     The listening socket is bound here and handed to uvicorn, so `port=None` picks a free
-    port without a bind race and the URL is known before the server starts.
+    port without a bind race and the URL is known before the server starts. `options`
+    go to `uvicorn.Config` (`ssl_certfile=...` serves HTTPS; the URL then says https).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -49,6 +55,7 @@ def run_server(
         lifespan="on",
         ws="none",  # no websockets import: keeps deprecation warnings out of filterwarnings=error
         timeout_graceful_shutdown=2,
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -67,7 +74,8 @@ def run_server(
                 raise RuntimeError(f"uvicorn on port {bound_port} did not start in time")
             time.sleep(0.005)
         url_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        yield f"http://{url_host}:{bound_port}"
+        scheme = "https" if options.get("ssl_certfile") else "http"
+        yield f"{scheme}://{url_host}:{bound_port}"
     finally:
         server.should_exit = True
         thread.join(shutdown_timeout_s)
@@ -77,3 +85,29 @@ def run_server(
         sock.close()
         if thread.is_alive():
             raise RuntimeError(f"uvicorn on port {bound_port} did not stop")
+
+
+def proxy_process(port: int, *, capture: bool = False, **env: str) -> subprocess.Popen[bytes]:
+    """`python -m proxy serve` on `port` as users start it, with `env` on top of ours.
+
+    Returns once it answers /healthz. `capture` pipes its stderr for the test
+    to read (with `communicate`, or a chatty process blocks on a full pipe).
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve"],
+        env={**os.environ, "CONTEXT_PROXY_SERVER_PORT": str(port), **env},
+        stderr=subprocess.PIPE if capture else None,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.1)
+        if process.poll() is not None:
+            break
+    process.kill()
+    _, err = process.communicate(timeout=10)
+    said = (err or b"").decode(errors="replace")[-2000:]
+    raise RuntimeError(f"proxy did not start {said}")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ from proxy.conversation import tenant_of
 from proxy.store import ConvKey, open_store
 
 from .fake_upstream import FakeUpstream, create_fake_upstream
-from .servers import free_port, run_server
+from .servers import free_port, proxy_process, run_server
 
 pytestmark = pytest.mark.integration
 ADMIN = "admin-token-for-tests"
@@ -126,23 +124,12 @@ def test_two_replicas_on_one_redis_alternate_turns(
 
 
 def _start_subprocess_proxy(upstream_url: str, db: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
-        "CONTEXT_PROXY_STORE_PATH": str(db),
-        "CONTEXT_PROXY_SERVER_PORT": str(port),
-        "CONTEXT_PROXY_SERVER_LOG_LEVEL": "warning",
-    }
-    process = subprocess.Popen([sys.executable, "-m", "proxy", "serve"], env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("proxy did not start")
+    return proxy_process(
+        port,
+        CONTEXT_PROXY_UPSTREAM_BASE_URL=upstream_url,
+        CONTEXT_PROXY_STORE_PATH=str(db),
+        CONTEXT_PROXY_SERVER_LOG_LEVEL="warning",
+    )
 
 
 def test_kill_9_during_load_loses_no_completed_turn(

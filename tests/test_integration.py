@@ -167,7 +167,7 @@ def test_models_and_embeddings_pass_through(fake: tuple[FakeUpstream, str], tmp_
         assert e1.model_dump() == e2.model_dump()
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["reqwest", "aiohttp", "httpx"])
 def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path, transport: str) -> None:
     upstream, upstream_url = fake
     with (

@@ -1,10 +1,11 @@
-"""The aiohttp transport and the client's direct `send`, against real sockets on 127.0.0.1.
+"""Our transports (reqwest, aiohttp) and the client's direct `send`, against real sockets.
 
 Each case is what an upstream does to a proxy in production: answer JSON,
 stream events slowly, send a large or compressed body, take a streamed
 upload, refuse, hang, hang up, or cut an answer short. Servers are uvicorn
 (tests/servers.py) or, for the misbehaving ones, a raw asyncio socket server
-in the test's own loop.
+in the test's own loop. Every case runs over each transport: they must say
+the same thing of the same event.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
@@ -23,9 +25,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy import transports
 from proxy.config import UpstreamSettings
-from proxy.transport import EAGER_BYTES, AiohttpTransport
-from proxy.upstream import UpstreamClient, create_client
+from proxy.transports import EAGER_BYTES
+from proxy.transports.over_aiohttp import AiohttpTransport
+from proxy.transports.over_reqwest import ReqwestTransport
+from proxy.upstream import UpstreamClient, create_client, transport_error
 
 from .servers import run_server
 
@@ -35,7 +40,10 @@ SEEN: list[tuple[dict[str, str], bytes]] = []
 
 
 async def answer(request: Request) -> Response:
-    return JSONResponse({"id": "x", "path": request.url.path}, headers={"x-request-id": "r1"})
+    port = request.client.port if request.client else 0  # one per connection
+    return JSONResponse(
+        {"id": "x", "path": request.url.path, "port": port}, headers={"x-request-id": "r1"}
+    )
 
 
 async def events(request: Request) -> Response:
@@ -89,16 +97,24 @@ def server() -> Iterator[str]:
         yield url
 
 
-def client(**limits: float) -> UpstreamClient:
-    settings = UpstreamSettings(**limits)  # type: ignore[arg-type]
+KINDS = {"reqwest": ReqwestTransport, "aiohttp": AiohttpTransport}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def client(kind: str, **limits: float) -> UpstreamClient:
+    settings = UpstreamSettings(transport=kind, **limits)  # type: ignore[arg-type]
     made = create_client(settings)
-    assert isinstance(made._transport, AiohttpTransport)
+    assert isinstance(made._transport, KINDS[kind])
     return made
 
 
 @pytest.mark.asyncio
-async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str) -> None:
-    async with client() as http:
+async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str, kind: str) -> None:
+    async with client(kind) as http:
         request = http.post_request(
             httpx.URL(server + "/answer"), b"{}", {"content-type": "application/json"}
         )
@@ -106,25 +122,26 @@ async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str) -> 
         assert response.status_code == 200
         assert response.request is request
         assert response.headers["x-request-id"] == "r1"
-        assert response.json() == {"id": "x", "path": "/answer"}  # read already
+        assert response.json()["path"] == "/answer"  # read already
         assert await response.aread() == response.content
         raw = b"".join([chunk async for chunk in response.aiter_raw()])
         assert raw == response.content
         await response.aclose()
         # Sequential requests reuse the one pooled connection.
+        ports = {response.json()["port"]}
         for _ in range(5):
             again = await http.get(server + "/answer")
             assert again.status_code == 200
-        connector = http._transport._session.connector  # type: ignore[attr-defined]
-        assert sum(len(v) for v in connector._conns.values()) == 1
+            ports.add(again.json()["port"])
+        assert len(ports) == 1
 
 
 @pytest.mark.asyncio
-async def test_events_stream_as_they_come(server: str) -> None:
+async def test_events_stream_as_they_come(server: str, kind: str) -> None:
     RELEASE.clear()
-    async with client() as http:
+    async with client(kind) as http:
         request = http.build_request("GET", server + "/events")
-        response = await http.send(request, stream=True)
+        response = await asyncio.wait_for(http.send(request, stream=True), 5)
         chunks = response.aiter_raw()
         first = await asyncio.wait_for(anext(chunks), 5)
         assert first == b"data: one\n\n"
@@ -135,8 +152,8 @@ async def test_events_stream_as_they_come(server: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_large_answer_streams_and_arrives_whole(server: str) -> None:
-    async with client() as http:
+async def test_a_large_answer_streams_and_arrives_whole(server: str, kind: str) -> None:
+    async with client(kind) as http:
         streamed = await http.send(http.build_request("GET", server + "/big"), stream=True)
         sizes = [len(chunk) async for chunk in streamed.aiter_raw()]
         await streamed.aclose()
@@ -146,8 +163,10 @@ async def test_a_large_answer_streams_and_arrives_whole(server: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_compressed_answer_relays_compressed_and_reads_decoded(server: str) -> None:
-    async with client() as http:
+async def test_a_compressed_answer_relays_compressed_and_reads_decoded(
+    server: str, kind: str
+) -> None:
+    async with client(kind) as http:
         request = http.build_request("GET", server + "/gzipped")
         response = await http.send(request, stream=True)
         raw = b"".join([chunk async for chunk in response.aiter_raw()])
@@ -158,14 +177,14 @@ async def test_a_compressed_answer_relays_compressed_and_reads_decoded(server: s
 
 
 @pytest.mark.asyncio
-async def test_uploads_arrive_as_sent(server: str) -> None:
+async def test_uploads_arrive_as_sent(server: str, kind: str) -> None:
     SEEN.clear()
 
     async def parts() -> AsyncIterator[bytes]:
         for i in range(3):
             yield f"part{i};".encode()
 
-    async with client() as http:
+    async with client(kind) as http:
         streamed = await http.post(server + "/echo", content=parts())
         sized = await http.post(server + "/echo", content=parts(), headers={"content-length": "18"})
         plain = await http.post(server + "/echo", content=b"raw bytes")
@@ -179,8 +198,8 @@ async def test_uploads_arrive_as_sent(server: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_redirects_and_closed_clients_behave_as_httpx_does(server: str) -> None:
-    async with client() as http:
+async def test_redirects_and_closed_clients_behave_as_httpx_does(server: str, kind: str) -> None:
+    async with client(kind) as http:
         kept = await http.get(server + "/redirect")
         assert kept.status_code == 302  # the proxy relays redirects, never follows them
         followed = await http.get(server + "/redirect", follow_redirects=True)
@@ -190,10 +209,12 @@ async def test_redirects_and_closed_clients_behave_as_httpx_does(server: str) ->
 
 
 @pytest.mark.asyncio
-async def test_no_log_line_per_request(server: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_no_log_line_per_request(
+    server: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """httpx's own send logs each request at INFO, which doubled the proxy's access log."""
     caplog.set_level(logging.INFO)
-    async with client() as http:
+    async with client(kind) as http:
         await http.get(server + "/answer")
     assert not [r for r in caplog.records if r.name.startswith("httpx")]
 
@@ -218,47 +239,75 @@ async def _read_head(reader: asyncio.StreamReader) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_refused_connection_is_a_connect_error() -> None:
+async def test_a_refused_connection_is_a_connect_error(kind: str) -> None:
     srv, url = await _raw_server(_read_head)
     srv.close()
     await srv.wait_closed()
-    async with client() as http:
+    async with client(kind) as http:
         with pytest.raises(httpx.ConnectError) as caught:
             await http.get(url)
     assert caught.value.request.url == httpx.URL(url)
 
 
 @pytest.mark.asyncio
-async def test_an_upstream_that_hangs_up_is_a_protocol_error() -> None:
+async def test_an_upstream_that_never_accepts_is_a_connect_timeout(kind: str) -> None:
+    """A connection that never opens is the upstream being unreachable (502), not slow (504)."""
+    with socket.socket() as listening, socket.socket() as queued:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(0)  # one connection fills the queue; the kernel drops later SYNs
+        queued.connect(listening.getsockname())
+        url = "http://{}:{}".format(*listening.getsockname())
+        async with client(kind, connect_timeout_s=0.3) as http:
+            with pytest.raises(httpx.ConnectTimeout) as caught:
+                await http.get(url)
+        assert transport_error(caught.value).status == 502
+
+
+@pytest.mark.asyncio
+async def test_an_upstream_that_hangs_up_is_a_protocol_error(kind: str) -> None:
     async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_head(reader)
         writer.close()
 
     srv, url = await _raw_server(hang_up)
-    async with srv, client() as http:
+    async with srv, client(kind) as http:
         with pytest.raises(httpx.RemoteProtocolError) as caught:
             await http.get(url)
-    assert type(caught.value.__cause__).__name__ == "ServerDisconnectedError"
+    said = transport_error(caught.value).message
+    assert said.endswith(("(ServerDisconnectedError).", "(RemoteProtocolError)."))
+
+
+async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_head(reader)
+    await asyncio.sleep(5)
 
 
 @pytest.mark.asyncio
-async def test_a_silent_upstream_is_a_read_timeout() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_head(reader)
-        await asyncio.sleep(5)
-
-    srv, url = await _raw_server(silent)
-    async with srv, client(timeout_s=0.3) as http:
+async def test_a_silent_upstream_is_a_read_timeout(kind: str) -> None:
+    srv, url = await _raw_server(_silent)
+    async with srv, client(kind, timeout_s=0.3) as http:
         with pytest.raises(httpx.ReadTimeout):
             await http.get(url)
 
 
-@pytest.mark.parametrize("kind", ["sized", "chunked"])
 @pytest.mark.asyncio
-async def test_an_answer_cut_short_is_a_read_error(kind: str) -> None:
+async def test_a_request_with_its_own_timeout_keeps_it(kind: str) -> None:
+    """The summariser's own `timeout_s` bounds its call even when the client allows longer."""
+    srv, url = await _raw_server(_silent)
+    async with srv, client(kind, timeout_s=30) as http:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(httpx.TimeoutException) as caught:
+            await http.post(url, content=b"{}", timeout=0.3)
+        assert asyncio.get_running_loop().time() - started < 3
+    assert transport_error(caught.value).status == 504
+
+
+@pytest.mark.parametrize("cut_as", ["sized", "chunked"])
+@pytest.mark.asyncio
+async def test_an_answer_cut_short_is_a_read_error(cut_as: str, kind: str) -> None:
     async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_head(reader)
-        if kind == "sized":
+        if cut_as == "sized":
             head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n"
             writer.write(head + b"\r\n" + b'{"partial":')
         else:
@@ -269,7 +318,7 @@ async def test_an_answer_cut_short_is_a_read_error(kind: str) -> None:
         writer.close()
 
     srv, url = await _raw_server(cut)
-    async with srv, client() as http:
+    async with srv, client(kind) as http:
         with pytest.raises(httpx.ReadError):
             response = await http.send(http.build_request("GET", url), stream=True)
             try:
@@ -280,15 +329,18 @@ async def test_an_answer_cut_short_is_a_read_error(kind: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_waiting_for_a_pooled_connection_times_out(server: str) -> None:
-    """aiohttp counts the wait for a pooled connection as connecting: a 502, not a 504."""
+async def test_waiting_for_a_pooled_connection_times_out(server: str, kind: str) -> None:
+    """No free connection in time is the proxy's own limit, not a slow upstream: a 502."""
     RELEASE.clear()
-    limits = httpx.Limits(max_connections=1)
-    async with httpx.AsyncClient(transport=AiohttpTransport(limits), timeout=5.0) as http:
+    limits, timeout = httpx.Limits(max_connections=1), httpx.Timeout(5.0, pool=0.2)
+    made = transports.create(kind, limits, timeout)
+    async with UpstreamClient(transport=made, timeout=timeout) as http:
         held = await http.send(http.build_request("GET", server + "/events"), stream=True)
         try:
-            with pytest.raises(httpx.ConnectTimeout):
-                await http.get(server + "/answer", timeout=httpx.Timeout(5.0, pool=0.2))
+            # aiohttp counts the wait for a pooled connection as connecting.
+            with pytest.raises((httpx.PoolTimeout, httpx.ConnectTimeout)) as caught:
+                await http.get(server + "/answer")
+            assert transport_error(caught.value).status == 502
         finally:
             RELEASE.set()
             await held.aclose()

@@ -1,21 +1,16 @@
 """httpx's transport API over aiohttp's connection pool, with none of the adapter work.
 
-httpx stays the client API (respx mocks it in tests; the summariser and the
-pass-through routes use it), but httpcore's pool checks every idle socket on
-every request, which caps a busy proxy. aiohttp's pool does not. The
-`httpx-aiohttp` package bridges the two, and its per-request work was a tenth of
-the proxy's CPU (bench/: 0.84 -> 0.77 ms a small request at 32 concurrent, the
-same run): it re-parses the URL, rebuilds a timeout object, maps exceptions
-through a context manager on every chunk, and hands a JSON answer over in 16 KB
-async chunks that httpx then reassembles. This transport caches the parsed URL
-and the timeout, reads an answer of known, modest length at once (httpx then
-holds it as content, and `aread` costs nothing), and streams everything else
-(server-sent events, large or unsized bodies) as it arrives.
+The `httpx-aiohttp` package bridges the two, and its per-request work was a
+tenth of the proxy's CPU (bench/: 0.84 -> 0.77 ms a small request at 32
+concurrent, the same run): it re-parses the URL, rebuilds a timeout object,
+maps exceptions through a context manager on every chunk, and hands a JSON
+answer over in 16 KB async chunks that httpx then reassembles. This transport
+caches the parsed URL and the timeout and reads answers as `reads_whole` says.
 
-It also says what went wrong: aiohttp's errors map to the httpx exception that
-names them (refused -> ConnectError, a silent upstream -> ReadTimeout, a
-dropped connection -> RemoteProtocolError), where httpx-aiohttp turned every
-connection error into ConnectTimeout.
+aiohttp's errors map to the httpx exception that names them (refused ->
+ConnectError, a silent upstream -> ReadTimeout, a dropped connection ->
+RemoteProtocolError), where httpx-aiohttp turned every connection error into
+ConnectTimeout.
 """
 
 from __future__ import annotations
@@ -27,11 +22,10 @@ import aiohttp
 import httpx
 import yarl
 
-# An answer up to this size with a Content-Length is read whole before it is
-# handed over: a chat completion is a few KB, and the proxy keeps it anyway.
-EAGER_BYTES = 1 << 20
-_EVENT_STREAM = "text/event-stream"
+from . import reads_whole, request_headers, whole
+
 _URLS_KEPT = 64
+_NONE: frozenset[bytes] = frozenset()
 
 
 @contextmanager
@@ -72,26 +66,6 @@ class _Body(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         self._response.release()
-
-
-def _whole(
-    response: aiohttp.ClientResponse, content: bytes, request: httpx.Request
-) -> httpx.Response:
-    """An answer read whole, still readable raw (the relays' `aiter_raw`) and already read.
-
-    `aread` on it would walk httpx's async chunk pipeline for one chunk, about
-    15 us; httpx keeps read content in `_content`, so it is set here, but only
-    when that content is what `aread` would decode it to (no Content-Encoding).
-    """
-    answer = httpx.Response(
-        response.status,
-        headers=response.raw_headers,
-        stream=httpx.ByteStream(content),
-        request=request,
-    )
-    if "content-encoding" not in response.headers:
-        answer._content = content
-    return answer
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -140,10 +114,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session or self._open()
-        try:  # httpx's `multi_items` guesses an encoding over all headers first, every call
-            headers = [(k.decode(), v.decode()) for k, v in request.headers.raw]
-        except UnicodeDecodeError:
-            headers = request.headers.multi_items()
+        headers = request_headers(request, _NONE)
         data: bytes | httpx.AsyncByteStream | None
         try:
             data = request.content or None
@@ -161,17 +132,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 compress=False,
                 timeout=self._timeout(request),
             )
-            length = response.content_length
-            if (
-                length is not None
-                and length <= EAGER_BYTES
-                and not response.headers.get("content-type", "").startswith(_EVENT_STREAM)
-            ):
+            if reads_whole(response.content_length, response.headers.get("content-type")):
                 try:
                     content = await response.read()
                 finally:
                     response.release()
-                return _whole(response, content, request)
+                encoded = "content-encoding" in response.headers
+                return whole(response.status, response.raw_headers, content, request, encoded)
         return httpx.Response(
             response.status,
             headers=response.raw_headers,

@@ -1,0 +1,93 @@
+"""The transports under the one upstream `httpx.AsyncClient`, and what they share.
+
+httpx stays the client API (respx mocks it in tests; the summariser and the
+pass-through routes use it), but httpcore's pool checks every idle socket on
+every request, which caps a busy proxy. Underneath it sits one of:
+
+- `reqwest` (the default, `over_reqwest.py`): pyreqwest, Rust's reqwest and
+  hyper. Its connections, parsing and timers run on a Tokio thread of its
+  own, so the event loop's thread, where a busy proxy runs out of CPU first,
+  does a third of aiohttp's work a request (bench/: about 40 vs 125 us).
+- `aiohttp` (`over_aiohttp.py`): aiohttp's pool, all Python and C
+  extensions, for platforms pyreqwest has no wheel for (musl).
+- `httpx`: httpcore's own pool.
+
+Both of ours read an answer of known, modest length whole before handing it
+over (httpx then holds it as content, and `aread` costs nothing) and stream
+everything else (server-sent events, large or unsized bodies) as it arrives;
+both map their errors to the httpx exception that names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import httpx
+
+# An answer up to this size with a Content-Length is read whole before it is
+# handed over: a chat completion is a few KB, and the proxy keeps it anyway.
+EAGER_BYTES = 1 << 20
+_EVENT_STREAM = "text/event-stream"
+
+
+def reads_whole(length: int | None, content_type: str | None) -> bool:
+    """Whether an answer is read whole before it is handed over (see the module's doc)."""
+    return (
+        length is not None
+        and length <= EAGER_BYTES
+        and not (content_type or "").startswith(_EVENT_STREAM)
+    )
+
+
+def whole(
+    status: int,
+    headers: Sequence[tuple[str, str]] | Sequence[tuple[bytes, bytes]],
+    content: bytes,
+    request: httpx.Request,
+    encoded: bool,
+) -> httpx.Response:
+    """An answer read whole, still readable raw (the relays' `aiter_raw`) and already read.
+
+    `aread` on it would walk httpx's async chunk pipeline for one chunk, about
+    15 us; httpx keeps read content in `_content`, so it is set here, but only
+    when that content is what `aread` would decode it to (`encoded`: the
+    answer has a Content-Encoding, which `aread` undoes).
+    """
+    answer = httpx.Response(
+        status, headers=headers, stream=httpx.ByteStream(content), request=request
+    )
+    if not encoded:
+        answer._content = content
+    return answer
+
+
+def request_headers(request: httpx.Request, dropped: frozenset[bytes]) -> list[tuple[str, str]]:
+    """The request's headers as text, without `dropped` (lower-case names).
+
+    httpx's `multi_items` guesses an encoding over all headers on every call;
+    a value that is not UTF-8 is taken as Latin-1, as HTTP/1.1 defined it.
+    """
+    out = []
+    for name, value in request.headers.raw:
+        if name.lower() in dropped:
+            continue
+        try:
+            out.append((name.decode(), value.decode()))
+        except UnicodeDecodeError:
+            out.append((name.decode("latin-1"), value.decode("latin-1")))
+    return out
+
+
+def create(
+    kind: str, limits: httpx.Limits, timeout: httpx.Timeout
+) -> httpx.AsyncBaseTransport | None:
+    """The transport `upstream.transport` names; None: httpx's own."""
+    if kind == "reqwest":
+        from .over_reqwest import ReqwestTransport
+
+        return ReqwestTransport(limits, timeout)
+    if kind == "aiohttp":
+        from .over_aiohttp import AiohttpTransport
+
+        return AiohttpTransport(limits)
+    return None
