@@ -33,6 +33,7 @@ CHARS_PER_TOKEN = 4
 IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_HIGH = 765
 AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
+ROLES_KEPT = 256
 
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", "o3", "o4")
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
@@ -79,6 +80,10 @@ class TokenCounter:
         self._loader = loader or _load_tiktoken
         self._encoders: dict[str, Encoder | None] = {}
         self._cache: LRUCache[tuple[str, bytes], int] = LRUCache(maxsize=cache_size)
+        # Roles are a handful of words, counted for every new message: each
+        # count was a call into tiktoken (and a release of the GIL) for a
+        # number that never changes. Clients may send any role, so it is bounded.
+        self._roles: dict[tuple[str, str], int] = {}
         self._warned = False
 
     def encoder(self, encoding: str) -> Encoder | None:
@@ -139,7 +144,7 @@ class TokenCounter:
                 total += TOKENS_PER_NAME + self.count_text(encoding, value)
             elif key in ("role", "tool_calls"):
                 if key == "role" and isinstance(value, str):
-                    total += self.count_text(encoding, value)
+                    total += self._role_tokens(encoding, value)
             elif isinstance(value, str):
                 total += self.count_text(encoding, value)
         for call in tool_calls(message):
@@ -149,6 +154,14 @@ class TokenCounter:
                 total += self.count_text(encoding, str(fn.get("name", "")))
                 total += self.count_text(encoding, str(fn.get("arguments", "")))
         return total
+
+    def _role_tokens(self, encoding: str, role: str) -> int:
+        known = self._roles.get((encoding, role))
+        if known is None:
+            known = self.count_text(encoding, role)
+            if len(self._roles) < ROLES_KEPT:
+                self._roles[(encoding, role)] = known
+        return known
 
     def _content_tokens(self, encoding: str, content: Any) -> int:
         if isinstance(content, str):

@@ -19,7 +19,13 @@ from proxy.messages import chain_hashes, message_hash
 from proxy.models import context_window
 from proxy.reduction.types import ReductionState, SummaryBlock
 from proxy.sse import SSEDecoder, StreamAssembler, message_from_completion
-from proxy.tokens import RequestCounts, TokenCounter, encoding_name_for
+from proxy.tokens import (
+    ROLES_KEPT,
+    TOKENS_PER_MESSAGE,
+    RequestCounts,
+    TokenCounter,
+    encoding_name_for,
+)
 
 from .factories import assistant, call, system, tool, user
 
@@ -81,8 +87,18 @@ def test_counts_are_cached_per_message() -> None:
     history = [user(f"message {i}") for i in range(50)]
     counter.count_messages("gpt-4o", history)
     first = len(calls)
+    assert calls.count("user") == 1  # a role's count never changes: asked of the encoding once
     counter.count_messages("gpt-4o", [*history, user("new one")])
-    assert len(calls) - first == 2  # only the new message's role and content
+    assert calls[first:] == ["new one"]  # only the new message's content
+
+
+def test_roles_remembered_are_bounded_and_count_as_text() -> None:
+    counter = TokenCounter()
+    odd = [{"role": f"role number {i}", "content": ""} for i in range(ROLES_KEPT + 50)]
+    for message in odd:
+        expected = TOKENS_PER_MESSAGE + counter.count_text("o200k_base", str(message["role"]))
+        assert counter.count_message("gpt-4o", message) == expected
+    assert len(counter._roles) == ROLES_KEPT
 
 
 @settings(deadline=None)  # the first example loads the encoding
