@@ -103,7 +103,8 @@ async def chat_completions(request: Request) -> Response:
         outcome = await prepare(
             ctx, key, payload, messages, mode, strategy, headers, resend.of(key)
         )
-        response = await send(ctx, forward_body(body, payload, outcome.reduction.messages), headers)
+        content = forward_body(body, payload, outcome.reduction.messages)
+        response = await send(ctx, content, headers, events=bool(payload.get("stream")))
         ctx.metrics.child(ctx.metrics.upstream_latency, "/v1/chat/completions").observe(
             time.perf_counter() - started
         )
@@ -593,12 +594,15 @@ def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Messag
     return orjson.dumps({**payload, "messages": list(messages)})
 
 
-async def send(ctx: AppContext, content: bytes, headers: dict[str, str]) -> httpx.Response:
+async def send(
+    ctx: AppContext, content: bytes, headers: dict[str, str], *, events: bool = False
+) -> httpx.Response:
     # The proxy reads the answer to keep it, so it asks for an uncompressed one.
     request = ctx.client.post_request(
         ctx.chat_url,
         content,
         {**headers, "content-type": "application/json", "accept-encoding": "identity"},
+        events=events,
     )
     try:
         return await ctx.client.send(request, stream=True)

@@ -63,8 +63,9 @@ class UpstreamSettings:
         default=4.0,
     )
     transport: str = _doc(
-        "reqwest (pyreqwest: Rust, on a thread of its own; the fastest) | aiohttp (for "
-        "platforms without pyreqwest wheels, such as musl) | httpx (httpcore's own pool).",
+        "reqwest (pyreqwest, Rust on a thread of its own, for whole answers; streamed "
+        "ones through aiohttp) | aiohttp (everything; for platforms without pyreqwest "
+        "wheels, such as musl) | httpx (httpcore's own pool).",
         default="reqwest",
     )
 

@@ -53,8 +53,12 @@ class UpstreamClient(httpx.AsyncClient):
     response the jar's parsing.
     """
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(
+        self, *, events_transport: httpx.AsyncBaseTransport | None = None, **options: Any
+    ) -> None:
         super().__init__(**options)
+        # Requests marked `transports.EVENTS` go through this one (see transports/).
+        self._events = events_transport
         self._no_cookies = _NoCookies()
         self._defaults = {k.lower(): v for k, v in self.headers.items()}
         self._timeouts = self.timeout.as_dict()
@@ -88,7 +92,11 @@ class UpstreamClient(httpx.AsyncClient):
         if self.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
         request.extensions.setdefault("timeout", self._timeouts)
-        response = await self._transport_for_url(request.url).handle_async_request(request)
+        if self._events is not None and request.extensions.get(transports.EVENTS):
+            transport = self._events
+        else:
+            transport = self._transport_for_url(request.url)
+        response = await transport.handle_async_request(request)
         response.request = request
         if not stream:
             try:
@@ -99,7 +107,7 @@ class UpstreamClient(httpx.AsyncClient):
         return response
 
     def post_request(
-        self, url: httpx.URL, content: bytes, headers: Mapping[str, str]
+        self, url: httpx.URL, content: bytes, headers: Mapping[str, str], *, events: bool = False
     ) -> httpx.Request:
         """A POST as `build_request` makes it, minus its per-call work.
 
@@ -107,7 +115,7 @@ class UpstreamClient(httpx.AsyncClient):
         are never sent, and the default headers and timeouts are read once.
         Host and Content-Length are set here, which lets httpx take the body
         as a ready stream instead of encoding it and rebuilding the headers
-        (8 us instead of 22 a request).
+        (8 us instead of 22 a request). `events`: the answer will be an event stream.
         """
         request = httpx.Request(
             "POST",
@@ -119,10 +127,20 @@ class UpstreamClient(httpx.AsyncClient):
                 "content-length": str(len(content)),
             },
             stream=httpx.ByteStream(content),
-            extensions={"timeout": self._timeouts},
+            extensions={"timeout": self._timeouts, transports.EVENTS: events},
         )
         request.read()  # a ByteStream: this only keeps `content` readable
         return request
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._events is not None:
+            await self._events.aclose()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await super().__aexit__(*exc_info)  # closes the transports it knows, not `aclose`
+        if self._events is not None:
+            await self._events.aclose()
 
     @property
     def cookies(self) -> httpx.Cookies:
@@ -142,10 +160,15 @@ def create_client(
         max_keepalive_connections=settings.max_connections,
         keepalive_expiry=settings.keepalive_s,
     )
+    events = None
     if transport is None:  # httpcore's pool checks every idle socket per request: see transports/
-        transport = transports.create(settings.transport, limits, timeout)
+        transport, events = transports.create(settings.transport, limits, timeout)
     return UpstreamClient(
-        timeout=timeout, limits=limits, transport=transport, follow_redirects=False
+        timeout=timeout,
+        limits=limits,
+        transport=transport,
+        events_transport=events,
+        follow_redirects=False,
     )
 
 

@@ -16,6 +16,7 @@ import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -134,6 +135,32 @@ async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str, kin
             assert again.status_code == 200
             ports.add(again.json()["port"])
         assert len(ports) == 1
+
+
+@pytest.mark.asyncio
+async def test_event_streams_take_aiohttp_by_default(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyreqwest's per-chunk hand-over costs more than it saves on streams: see transports/."""
+    took: list[str] = []
+    for name, cls in KINDS.items():
+        real = cls.handle_async_request
+
+        async def spy(self: Any, request: httpx.Request, real: Any = real, name: str = name) -> Any:
+            took.append(name)
+            return await real(self, request)
+
+        monkeypatch.setattr(cls, "handle_async_request", spy)
+    async with client("reqwest") as http:
+        url = httpx.URL(server + "/answer")
+        for events in (False, True):
+            request = http.post_request(url, b"{}", {}, events=events)
+            response = await http.send(request)
+            assert response.json()["path"] == "/answer"
+    assert took == ["reqwest", "aiohttp"]
+    async with client("aiohttp") as http:
+        await http.send(http.post_request(url, b"{}", {}, events=True))
+    assert took[2:] == ["aiohttp"]
 
 
 @pytest.mark.asyncio
@@ -333,7 +360,7 @@ async def test_waiting_for_a_pooled_connection_times_out(server: str, kind: str)
     """No free connection in time is the proxy's own limit, not a slow upstream: a 502."""
     RELEASE.clear()
     limits, timeout = httpx.Limits(max_connections=1), httpx.Timeout(5.0, pool=0.2)
-    made = transports.create(kind, limits, timeout)
+    made, _ = transports.create(kind, limits, timeout)
     async with UpstreamClient(transport=made, timeout=timeout) as http:
         held = await http.send(http.build_request("GET", server + "/events"), stream=True)
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -35,11 +36,15 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         yield url + "/v1", folder / "ca.pem"
 
 
-def _ask(port: int) -> openai.types.chat.ChatCompletion:
+def _ask(port: int, stream: bool) -> str:
+    """One answer, whole or streamed (the default transport sends streams through aiohttp)."""
     api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-t", max_retries=0)
-    return api.chat.completions.create(
-        model="gpt-4o", messages=[{"role": "user", "content": "hello over tls"}]
-    )
+    messages: list[Any] = [{"role": "user", "content": "hello over tls"}]
+    if not stream:
+        answer = api.chat.completions.create(model="gpt-4o", messages=messages)
+        return answer.choices[0].message.content or ""
+    chunks = api.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
 @pytest.mark.parametrize("kind", ["reqwest", "aiohttp"])
@@ -62,14 +67,14 @@ def test_an_https_upstream_is_checked_against_the_trust_store(
         port = free_port()
         process = proxy_process(port, capture=True, **env)
         try:
-            if trusted:
-                answer = _ask(port)
-                assert answer.choices[0].message.content
-            else:
-                with pytest.raises(openai.APIStatusError) as refused:
-                    _ask(port)
-                assert refused.value.status_code == 502
-                assert "could not be reached" in refused.value.message
+            for stream in (False, True):
+                if trusted:
+                    assert _ask(port, stream)
+                else:
+                    with pytest.raises(openai.APIStatusError) as refused:
+                        _ask(port, stream)
+                    assert refused.value.status_code == 502
+                    assert "could not be reached" in refused.value.message
         finally:
             process.send_signal(signal.SIGTERM)
             _, err = process.communicate(timeout=20)

@@ -4,12 +4,17 @@ httpx stays the client API (respx mocks it in tests; the summariser and the
 pass-through routes use it), but httpcore's pool checks every idle socket on
 every request, which caps a busy proxy. Underneath it sits one of:
 
-- `reqwest` (the default, `over_reqwest.py`): pyreqwest, Rust's reqwest and
-  hyper. Its connections, parsing and timers run on a Tokio thread of its
-  own, so the event loop's thread, where a busy proxy runs out of CPU first,
-  does a third of aiohttp's work a request (bench/: about 40 vs 125 us).
-- `aiohttp` (`over_aiohttp.py`): aiohttp's pool, all Python and C
-  extensions, for platforms pyreqwest has no wheel for (musl).
+- `reqwest` (the default): pyreqwest (`over_reqwest.py`), Rust's reqwest and
+  hyper, for answers read whole; its connections, parsing and timers run on
+  a Tokio thread of its own, so the event loop's thread, where a busy proxy
+  runs out of CPU first, does a third of aiohttp's work a request (about 40
+  vs 125 us). Event streams (a chat request with `"stream": true`) go through
+  aiohttp's pool instead: every chunk pyreqwest hands over is a wake-up from
+  its thread that takes the GIL back, and at 32 concurrent streams of ten
+  events each that cost more than it saved (bench/: 1,016 req/s over aiohttp,
+  796 over pyreqwest, 1,059 split so).
+- `aiohttp` (`over_aiohttp.py`): aiohttp's pool for everything, for platforms
+  pyreqwest has no wheel for (musl).
 - `httpx`: httpcore's own pool.
 
 Both of ours read an answer of known, modest length whole before handing it
@@ -20,6 +25,7 @@ both map their errors to the httpx exception that names them.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 
 import httpx
@@ -78,16 +84,36 @@ def request_headers(request: httpx.Request, dropped: frozenset[bytes]) -> list[t
     return out
 
 
+# A request extension: this request's answer is an event stream (see the module's doc).
+EVENTS = "context_proxy.events"
+
+
 def create(
     kind: str, limits: httpx.Limits, timeout: httpx.Timeout
-) -> httpx.AsyncBaseTransport | None:
-    """The transport `upstream.transport` names; None: httpx's own."""
-    if kind == "reqwest":
-        from .over_reqwest import ReqwestTransport
+) -> tuple[httpx.AsyncBaseTransport | None, httpx.AsyncBaseTransport | None]:
+    """The transports `upstream.transport` names: for every request, and for event streams.
 
-        return ReqwestTransport(limits, timeout)
+    None for the first is httpx's own; None for the second, the first.
+    Each has a pool of `limits.max_connections`.
+    """
+    if kind == "httpx":
+        return None, None
+    from .over_aiohttp import AiohttpTransport
+
     if kind == "aiohttp":
-        from .over_aiohttp import AiohttpTransport
+        return AiohttpTransport(limits), None
+    from .over_reqwest import ReqwestTransport
 
-        return AiohttpTransport(limits)
-    return None
+    return ReqwestTransport(limits, timeout), AiohttpTransport(limits)
+
+
+def trusted() -> ssl.SSLContext:
+    """certifi's roots (as httpx itself verifies) and the system's, as pyreqwest trusts them.
+
+    A private CA an operator installed in the system store, or names with
+    SSL_CERT_FILE or SSL_CERT_DIR, is then trusted whichever transport an
+    answer takes.
+    """
+    context = httpx.create_ssl_context()
+    context.load_default_certs()
+    return context

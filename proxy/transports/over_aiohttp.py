@@ -22,7 +22,7 @@ import aiohttp
 import httpx
 import yarl
 
-from . import reads_whole, request_headers, whole
+from . import reads_whole, request_headers, trusted, whole
 
 _URLS_KEPT = 64
 _NONE: frozenset[bytes] = frozenset()
@@ -83,7 +83,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         connector = aiohttp.TCPConnector(
             limit=self._limits.max_connections or 0,
             keepalive_timeout=self._limits.keepalive_expiry,
-            ssl=httpx.create_ssl_context(),  # certifi's roots, as httpx itself verifies
+            ssl=trusted(),
         )
         # httpx sets the headers it means to send; aiohttp must not add its own
         # Content-Type (application/octet-stream) to a body sent without one.
