@@ -84,7 +84,11 @@ def test_an_https_upstream_is_checked_against_the_trust_store(
 
 
 def test_the_process_exits_cleanly_with_a_stream_still_open(tls: tuple[str, Path]) -> None:
-    """A streamed answer still being read when the proxy stops: Tokio's thread winds down first."""
+    """A streamed answer still being read when the proxy stops, with pyreqwest's thread alive.
+
+    The JSON turn before it started pyreqwest's Tokio thread (streams take aiohttp),
+    so the interpreter finalises with both pools open.
+    """
     upstream, ca = tls
     port = free_port()
     process = proxy_process(
@@ -96,6 +100,7 @@ def test_the_process_exits_cleanly_with_a_stream_still_open(tls: tuple[str, Path
         CONTEXT_PROXY_SERVER_LOG_LEVEL="warning",
     )
     try:
+        assert _ask(port, stream=False)
         api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-t", max_retries=0)
         stream = api.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "go"}], stream=True
