@@ -7,8 +7,8 @@ every request, which caps a busy proxy. Underneath it sits one of:
 - `reqwest` (the default): pyreqwest (`over_reqwest.py`), Rust's reqwest and
   hyper, for answers read whole; its connections, parsing and timers run on
   a Tokio thread of its own, so the event loop's thread, where a busy proxy
-  runs out of CPU first, does a third of aiohttp's work a request (about 40
-  vs 125 us). Event streams (a chat request with `"stream": true`) go through
+  runs out of CPU first, does a sixth of aiohttp's work a request (about 20
+  vs 125 us; 50-55 in all threads). Event streams (a chat request with `"stream": true`) go through
   aiohttp's pool instead: every chunk pyreqwest hands over is a wake-up from
   its thread that takes the GIL back, and at 32 concurrent streams of ten
   events each that cost more than it saved (bench/: 1,016 req/s over aiohttp,
