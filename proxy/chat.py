@@ -96,6 +96,7 @@ async def chat_completions(request: Request) -> Response:
     messages = as_messages(payload)
     key = resend.conversation(messages)
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
+    streaming = bool(payload.get("stream"))
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
         await lock.acquire()
@@ -104,7 +105,7 @@ async def chat_completions(request: Request) -> Response:
             ctx, key, payload, messages, mode, strategy, headers, resend.of(key)
         )
         content = forward_body(body, payload, outcome.reduction.messages)
-        response = await send(ctx, content, headers, events=bool(payload.get("stream")))
+        response = await send(ctx, content, headers, events=streaming)
         ctx.metrics.child(ctx.metrics.upstream_latency, "/v1/chat/completions").observe(
             time.perf_counter() - started
         )
@@ -114,7 +115,7 @@ async def chat_completions(request: Request) -> Response:
         raise
     release = lock.release if lock is not None else _noop
     access_log(outcome, mode, strategy, response.status_code, started)
-    if payload.get("stream") and response.status_code == 200:
+    if streaming and response.status_code == 200:
         return StreamingResponse(
             relay(ctx, response, outcome, release),
             status_code=200,

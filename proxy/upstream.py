@@ -134,11 +134,13 @@ class UpstreamClient(httpx.AsyncClient):
 
     async def aclose(self) -> None:
         await super().aclose()
-        if self._events is not None:
-            await self._events.aclose()
+        await self._close_events()
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await super().__aexit__(*exc_info)  # closes the transports it knows, not `aclose`
+        await self._close_events()
+
+    async def _close_events(self) -> None:
         if self._events is not None:
             await self._events.aclose()
 

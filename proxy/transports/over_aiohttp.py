@@ -26,6 +26,8 @@ from . import reads_whole, request_headers, trusted, whole
 
 _URLS_KEPT = 64
 _NONE: frozenset[bytes] = frozenset()
+# aiohttp frames a streamed body itself, chunked unless a Content-Length was given.
+_FRAMING = frozenset({b"transfer-encoding"})
 
 
 @contextmanager
@@ -114,14 +116,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session or self._open()
-        headers = request_headers(request, _NONE)
         data: bytes | httpx.AsyncByteStream | None
         try:
-            data = request.content or None
+            data, dropped = request.content or None, _NONE
         except httpx.RequestNotRead:  # a body streamed through (the pass-through routes)
-            data = request.stream  # type: ignore[assignment]
-            # aiohttp frames it itself, chunked unless a Content-Length was given.
-            headers = [(k, v) for k, v in headers if k.lower() != "transfer-encoding"]
+            data, dropped = request.stream, _FRAMING  # type: ignore[assignment]
+        headers = request_headers(request, dropped)
         with _mapped(request):
             response = await session.request(
                 request.method,

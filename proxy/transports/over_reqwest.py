@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import httpx
 from pyreqwest import exceptions as errors
@@ -189,8 +188,5 @@ class ReqwestTransport(httpx.AsyncBaseTransport):
 
 
 def _length(response: Response) -> int | None:
-    text: Any = response.get_header("content-length")
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+    text = response.get_header("content-length")
+    return int(text) if text is not None and text.isdigit() else None
