@@ -59,7 +59,11 @@ def read_sqlite(path: str, conversation: str, tenant: str, limit: int) -> dict[s
         raise InspectError(f"no store file at {path} (pass --db PATH or --url)")
 
     async def read() -> dict[str, Any]:
-        store = open_store("sqlite", path=path)
+        # Read-only: looking must never migrate, expire or delete anything.
+        try:
+            store = open_store("sqlite", path=path, read_only=True)
+        except StoreError as exc:
+            raise InspectError(str(exc)) from None
         try:
             key = ConvKey(tenant, conversation)
             latest = await store.latest(key)

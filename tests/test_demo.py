@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -114,6 +117,50 @@ def test_inspect_explains_a_wrong_tenant(
 
     assert main(["inspect", conv, "--tenant", tenant_of("someone-else"), "--db", str(db)]) == 1
     assert "tenant" in capsys.readouterr().out
+
+
+def _file_contents(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return list(conn.iterdump())
+
+
+def test_inspect_never_expires_or_deletes_what_it_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A conversation idle for 40 days (the server's TTL may be 90) is shown and left as it was."""
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db)
+    forty_days = 40 * 86400
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(
+            "UPDATE conversations SET created_at = created_at - ?, updated_at = updated_at - ?",
+            (forty_days, forty_days),
+        )
+        conn.commit()
+    before = _file_contents(db)
+
+    code = main(["inspect", conv, "--key", "sk-inspect", "--db", str(db), "--json"])
+
+    assert code == 0, capsys.readouterr().out
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["id"] == conv and len(shown["archive"]) == 31
+    assert _file_contents(db) == before
+
+
+def test_inspect_refuses_a_store_of_another_schema_and_leaves_it_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("DELETE FROM _migrations WHERE name = 'm007_lighter_turn'")
+        conn.commit()
+    before = _file_contents(db)
+
+    assert main(["inspect", conv, "--key", "sk-inspect", "--db", str(db)]) == 1
+
+    assert "start `context-proxy serve` on it once" in " ".join(capsys.readouterr().out.split())
+    assert _file_contents(db) == before
 
 
 def test_inspect_never_creates_a_missing_store(tmp_path: Path) -> None:

@@ -940,3 +940,30 @@ async def test_a_turn_of_a_conversation_deleted_and_begun_again_meanwhile_keeps_
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.asyncio
+async def test_sqlite_read_only_sees_expired_turns_and_cannot_write(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """What the read-only tools open: no TTL applies, and neither the store nor SQLite writes."""
+    path = str(tmp_path / "store.db")
+    writer = SqliteStore(path, ttl_s=TTL, now=clock)
+    messages = await commit_turns(writer, ALICE, 2)
+    await writer.close()
+    clock.advance(TTL * 10)
+
+    looker = SqliteStore(path, ttl_s=TTL, now=clock, read_only=True)
+    try:
+        latest = await looker.latest(ALICE)
+        assert latest is not None and latest.turns == 2
+        assert len(await looker.archive(ALICE)) == len(messages)
+        with pytest.raises(StoreError):
+            await looker.commit(turn(ALICE, [*messages, user("more")]))
+        with pytest.raises(StoreError):
+            await looker.delete(ALICE)
+        with pytest.raises(StoreError, match="readonly"):  # SQLite's own refusal
+            await looker.search(ALICE, ["question"], limit=3)
+    finally:
+        await looker.close()
+    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM conversations").fetchone() == (1,)

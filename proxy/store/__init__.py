@@ -60,20 +60,24 @@ def open_store(
     max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
     max_conversations: int = 10_000,
     now: Callable[[], float] = time.time,
+    read_only: bool = False,
 ) -> Store:
     """The store named by `backend`, ready to use.
 
     Raises `ConfigError` for a backend name the operator got wrong, and
     `StoreError` when the SQLite file cannot be opened. The Redis client
     connects lazily: `await store.ping()` at start-up to fail fast.
-    `max_conversations` bounds the memory backend only.
+    `max_conversations` bounds the memory backend only. `read_only` (SQLite
+    only) opens a file for looking: no migration, no expiry, no write.
     """
     if backend == "memory":
         return MemoryStore(
             ttl_s=ttl_s, max_conversations=max_conversations, max_snapshots=max_snapshots, now=now
         )
     if backend == "sqlite":
-        return SqliteStore(path, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now)
+        return SqliteStore(
+            path, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now, read_only=read_only
+        )
     if backend == "redis":
         # Imported here: redis is an optional extra, needed only by this backend.
         try:

@@ -266,6 +266,15 @@ def migrate(db: sqlite3.Connection, migrations: list[Migration] | None = None) -
     return ran
 
 
+def pending(db: sqlite3.Connection) -> list[str]:
+    """The migrations `db` has not recorded, read without writing anything."""
+    known = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
+    ).fetchone()
+    done = {n for (n,) in db.execute("SELECT name FROM _migrations")} if known else set()
+    return [m.__name__ for m in MIGRATIONS if m.__name__ not in done]
+
+
 # Statements used by `SqliteStore`; they assume every migration above has run.
 
 LIST_CONVERSATIONS = """

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from cachetools import LRUCache
@@ -80,6 +81,7 @@ from proxy.store.schema import (
     UPSERT_SNAPSHOT,
     WALK_CHAIN,
     migrate,
+    pending,
 )
 
 T = TypeVar("T")
@@ -125,6 +127,11 @@ class SqliteStore(search.Searchable):
     and are deleted by a sweep at open and then at most every
     `sweep_interval_s` (checked on commit). `ttl_s <= 0` disables expiry.
     `now` is injectable so tests can move time without sleeping.
+
+    `read_only` opens the file for the tools that only look (`inspect`):
+    SQLite itself refuses every write, nothing is migrated or swept, and
+    nothing expires, since only the server knows its configured TTL. A file
+    whose schema is not this release's is refused rather than upgraded.
     """
 
     def __init__(
@@ -136,9 +143,11 @@ class SqliteStore(search.Searchable):
         sweep_interval_s: float = 300.0,
         busy_timeout_s: float = 5.0,
         now: Callable[[], float] = time.time,
+        read_only: bool = False,
     ) -> None:
         self.path = path
-        self._ttl_s = ttl_s
+        self._read_only = read_only
+        self._ttl_s = 0 if read_only else ttl_s
         self._max_snapshots = max(1, max_snapshots)
         self._sweep_interval_s = sweep_interval_s
         self._busy_timeout_s = busy_timeout_s
@@ -171,7 +180,7 @@ class SqliteStore(search.Searchable):
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
         try:
             self._executor.submit(self._open).result()
-            if self._file:
+            if self._file and not read_only:
                 self._reader = self._open_reader()
                 self._here = self._connect(busy_timeout_s=0.0)
                 self._version = int(self._here.execute(DATA_VERSION).fetchone()[0])
@@ -194,6 +203,31 @@ class SqliteStore(search.Searchable):
         reader.execute("PRAGMA query_only=ON")
         return reader
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot change the file, on a file of this release's schema."""
+        if not self._file:
+            raise sqlite3.OperationalError("a read-only store needs a file")
+        uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+        db = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=self._busy_timeout_s,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            missing = pending(db)
+        except BaseException:
+            db.close()
+            raise
+        if missing:
+            db.close()
+            raise sqlite3.DatabaseError(
+                f"its schema is not this release's (missing {', '.join(missing)}); "
+                "start `context-proxy serve` on it once to upgrade it"
+            )
+        return db
+
     def _connect(self, busy_timeout_s: float) -> sqlite3.Connection:
         """A writing connection; the worker's waits for a busy file, the loop's does not."""
         db = sqlite3.connect(
@@ -212,6 +246,9 @@ class SqliteStore(search.Searchable):
         return db
 
     def _open(self) -> None:
+        if self._read_only:
+            self._db = self._connect_read_only()
+            return
         db = self._connect(self._busy_timeout_s)
         try:
             migrate(db)
@@ -464,6 +501,8 @@ class SqliteStore(search.Searchable):
         other reads wait for it, so the response need not wait for the
         write: at one request at a time that was 0.2-0.4 ms of every turn.
         """
+        if self._read_only:
+            raise StoreError("the SQLite store is open read-only")
         key, snap, layout = turn.key, turn.snapshot, turn.layout
         # Serialised here, on the caller's side, so a value orjson rejects
         # fails before any transaction starts. With a layout only the rows from
@@ -772,6 +811,9 @@ class SqliteStore(search.Searchable):
         return await self._run(lambda db: _write(db, lambda: job(db)))
 
     async def delete(self, key: ConvKey) -> bool:
+        if self._read_only:
+            raise StoreError("the SQLite store is open read-only")
+
         def job(db: sqlite3.Connection) -> bool:
             existed = self._live_id(db, key) is not None
             db.execute(
