@@ -3,12 +3,18 @@ FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     CONTEXT_PROXY_SERVER_HOST=0.0.0.0 \
-    CONTEXT_PROXY_STORE_PATH=/data/context-proxy.db
+    CONTEXT_PROXY_STORE_PATH=/data/context-proxy.db \
+    TIKTOKEN_CACHE_DIR=/opt/tiktoken
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
+# The runtime only (serve and its Redis backend): the demo tools and embedding
+# recall are extras. tiktoken's encodings are fetched now, at build time, so a
+# container without internet access still counts tokens exactly.
 RUN pip install '.[redis]' \
+ && python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('o200k_base', 'cl100k_base')]" \
+ && chmod -R a+rX /opt/tiktoken \
  && useradd --system --uid 10001 --home-dir /data --create-home proxy
 
 USER proxy

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from .chat import authorize, chat_completions
 from .config import Settings
 from .context import AppContext
 from .conversation import tenant_of
@@ -31,6 +30,7 @@ from .record import Recorder
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
+from .turn.pipeline import authorize, chat_completions
 from .upstream import (
     create_client,
     forward_headers,
@@ -232,8 +232,8 @@ async def admin_conversation(request: Request) -> Response:
     key = ConvKey(_tenant(request), request.path_params["id"])
     try:
         if request.method == "DELETE":
+            ctx.forget(key)
             deleted = await ctx.store.delete(key)
-            ctx.known.pop(key, None)
             if not deleted:
                 raise ProxyError(404, "No such conversation.", code="conversation_not_found")
             return Response(

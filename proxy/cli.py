@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
+import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import Settings, load_settings
 from .errors import ConfigError
+
+# Commands that need the `tools` extra, and the packages it brings.
+TOOLS = ("demo", "simulate", "inspect")
+TOOL_PACKAGES = ("openai", "rich", "plotext", "pygal")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,13 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--strategy", help="reduction strategy")
     serve.add_argument("--log-level", help="debug | info | warning | error")
     serve.add_argument("--log-format", choices=["text", "json"], help="log line format")
+    serve.add_argument(
+        "--workers", type=int, help="processes serving the same port and store (default 1)"
+    )
     sub.add_parser("config-doc", help="print the configuration reference (Markdown)")
     _add_tool_commands(sub)
     return parser
 
 
 def _add_tool_commands(sub: Any) -> None:
-    """`demo`, `simulate` and `inspect`: the newcomer tools (issue 6)."""
+    """`demo`, `simulate` and `inspect`: the newcomer tools (the `tools` extra)."""
     demo = sub.add_parser("demo", help="run an offline demonstration (mock upstream, real proxy)")
     demo.add_argument("--turns", type=int, default=200, help="conversation turns (default 200)")
     demo.add_argument(
@@ -78,37 +88,68 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(reference())
         return 0
-    if args.command == "demo":
-        from .demo import main as demo_main
-
-        return demo_main(args)
-    if args.command == "simulate":
-        from .simulate import main as simulate_main
-
-        return simulate_main(args)
-    if args.command == "inspect":
-        from .inspect import main as inspect_main
-
-        return inspect_main(args)
-    try:
-        settings = load_settings(
-            args.config or _default_config(),
-            overrides={
-                "server": {
-                    "host": args.host,
-                    "port": args.port,
-                    "log_level": args.log_level,
-                    "log_format": getattr(args, "log_format", None),
-                },
-                "upstream": {"base_url": args.upstream},
-                "store": {"backend": args.store},
-                "reduction": {"strategy": args.strategy},
+    if args.command in TOOLS:
+        try:
+            tool = importlib.import_module(f"proxy.{args.command}")
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").partition(".")[0] not in TOOL_PACKAGES:
+                raise
+            print(
+                f"context-proxy {args.command} needs the tools extra ({exc.name} is missing): "
+                "pip install 'context-proxy[tools]'",
+                file=sys.stderr,
+            )
+            return 2
+        code: int = tool.main(args)
+        return code
+    source = ServeSource(
+        args.config or _default_config(),
+        {
+            "server": {
+                "host": args.host,
+                "port": args.port,
+                "log_level": args.log_level,
+                "log_format": getattr(args, "log_format", None),
+                "workers": args.workers,
             },
-        )
+            "upstream": {"base_url": args.upstream},
+            "store": {"backend": args.store},
+            "reduction": {"strategy": args.strategy},
+        },
+    )
+    try:
+        settings = source.load()
     except ConfigError as exc:
         print(f"context-proxy: configuration error: {exc}", file=sys.stderr)
         return 2
-    return serve(settings)
+    return serve(settings, source)
+
+
+@dataclass(frozen=True)
+class ServeSource:
+    """Where `serve` takes its settings from: a file and the flags (the environment is read too).
+
+    Worker processes load their settings from the same source, handed to
+    them in the environment, so each reads exactly what the parent did.
+    """
+
+    config: str | None
+    overrides: dict[str, dict[str, Any]]
+
+    def load(self) -> Settings:
+        return load_settings(self.config, overrides=self.overrides)
+
+    def dumps(self) -> str:
+        return json.dumps({"config": self.config, "overrides": self.overrides})
+
+    @classmethod
+    def loads(cls, text: str) -> ServeSource:
+        data = json.loads(text)
+        return cls(data["config"], data["overrides"])
+
+
+# Not under CONTEXT_PROXY_: that prefix names configuration keys.
+WORKER_SOURCE = "_CONTEXT_PROXY_SERVE_SOURCE"
 
 
 def _default_config() -> str | None:
@@ -142,23 +183,43 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG, 20, 100)
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, source: ServeSource | None = None) -> int:
+    """Run the server: in this process, or in `server.workers` processes sharing its port."""
     import uvicorn
 
-    from .app import create_app
     from .logs import configure as configure_logs
 
     configure_logs(settings.server.log_level, settings.server.log_format)
+    options: dict[str, Any] = {
+        "host": settings.server.host,
+        "port": settings.server.port,
+        "log_level": settings.server.log_level.lower(),
+        "access_log": False,
+        "log_config": None,
+        "proxy_headers": False,
+        "server_header": False,
+    }
+    workers = settings.server.workers
+    if workers > 1:
+        os.environ[WORKER_SOURCE] = (source or ServeSource(None, {})).dumps()
+        uvicorn.run("proxy.cli:worker_app", factory=True, workers=workers, **options)
+        return 0
+    uvicorn.run(_app(settings), **options)
+    return 0
+
+
+def worker_app() -> Any:
+    """The app of one worker process (`serve` with more than one worker)."""
+    from .logs import configure as configure_logs
+
+    settings = ServeSource.loads(os.environ[WORKER_SOURCE]).load()
+    configure_logs(settings.server.log_level, settings.server.log_format)
+    return _app(settings)
+
+
+def _app(settings: Settings) -> Any:
+    from .app import create_app
+
     app = create_app(settings)
     tune_gc()
-    uvicorn.run(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level.lower(),
-        access_log=False,
-        log_config=None,
-        proxy_headers=False,
-        server_header=False,
-    )
-    return 0
+    return app

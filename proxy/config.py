@@ -10,6 +10,7 @@ Every problem is reported at start-up as a `ConfigError` naming its key.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import tomllib
 import types
@@ -38,6 +39,18 @@ class ServerSettings:
     )
     log_level: str = _doc("debug | info | warning | error.", default="info")
     log_format: str = _doc("text (human-readable) | json (one object per line).", default="text")
+    workers: int = _doc(
+        "Processes serving the same port and store (sqlite or redis). Each keeps its own "
+        "in-process memory of conversations, so a turn served by another process than the "
+        "last one is only slower, never different.",
+        default=1,
+    )
+    fast_path: bool = _doc(
+        "Reuse what the last turn computed for the history a full-history request "
+        "resends, instead of parsing, hashing and counting it again. Off: every request "
+        "is handled in full (same results, more CPU).",
+        default=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -340,6 +353,18 @@ def _validate(s: Settings) -> None:
         s.recall.method in ("lexical", "embeddings"),
         "recall.method",
         "must be lexical or embeddings",
+    )
+    check(
+        not (s.recall.enabled and s.recall.method == "embeddings")
+        or importlib.util.find_spec("numpy") is not None,
+        "recall.method",
+        "embeddings needs numpy: pip install 'context-proxy[embeddings]'",
+    )
+    check(s.server.workers >= 1, "server.workers", "must be at least 1")
+    check(
+        s.server.workers == 1 or s.store.backend != "memory",
+        "server.workers",
+        "more than one needs a shared store (sqlite or redis), not memory",
     )
     check(s.recall.k > 0, "recall.k", "must be positive")
     check(s.recall.max_tokens > 0, "recall.max_tokens", "must be positive")

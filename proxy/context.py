@@ -4,33 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Coroutine, Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import httpx
-from cachetools import LRUCache, TTLCache
 
 from .config import Settings
 from .embeddings import Embedder
-from .known import Known
 from .metrics import Metrics
 from .models import context_window
 from .record import Recorder
 from .reduction.types import Budget, Policy
-from .store import Store
+from .store import ConvKey, Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
+from .turn.background import Background
+from .turn.sessions import Sessions
 from .upstream import UpstreamClient, upstream_url
 
-KNOWN_BYTES = 64 * 1024 * 1024
 MEMO_LIMIT = 4096
-# One entry (about 400 bytes) per conversation without an id: 16,384 is 6 MB.
-OPENINGS = 16_384
-
-
-def _weight(known: Known) -> int:
-    return known.weight
 
 
 class KeyedLocks:
@@ -53,33 +45,6 @@ class KeyedLocks:
         return lock
 
 
-class Background:
-    """Summaries prepared after a response: tracked, one per conversation, bounded in all.
-
-    At shutdown every task still running is cancelled (`close`), so no
-    summariser call outlives the app.
-    """
-
-    def __init__(self, limit: int = 64) -> None:
-        self.limit = limit
-        self._tasks: dict[Hashable, asyncio.Task[None]] = {}
-
-    def spawn(self, key: Hashable, work: Coroutine[Any, Any, None]) -> bool:
-        if key in self._tasks or len(self._tasks) >= self.limit:
-            work.close()
-            return False
-        task = asyncio.create_task(work)
-        self._tasks[key] = task
-        task.add_done_callback(lambda _: self._tasks.pop(key, None))
-        return True
-
-    async def close(self) -> None:
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 @dataclass
 class AppContext:
     settings: Settings
@@ -92,38 +57,13 @@ class AppContext:
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     recorder: Recorder | None = None
     background: Background = field(default_factory=Background)
-    # Summaries prepared in the background, per conversation: {request key: text}.
-    prepared: TTLCache[Hashable, dict[str, str]] = field(
-        default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
-    )
-    # The stretch between reductions each conversation last prepared a summary for.
-    prepared_for: TTLCache[Hashable, tuple[int, int]] = field(
-        default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
-    )
+    # Everything this process keeps of each conversation between its turns.
+    sessions: Sessions = field(default_factory=Sessions)
 
-    # The recall block each conversation's current question got: (question digest,
-    # block, hits), so the tool-result requests of the same turn repeat it verbatim.
-    recalled: TTLCache[Hashable, tuple[bytes, str, int]] = field(
-        default_factory=lambda: TTLCache(maxsize=10_000, ttl=3600)
-    )
-
-    # Each conversation's last full-history request, with what was computed for it,
-    # bounded by (roughly) the bytes it holds.
-    known: LRUCache[Hashable, Known] = field(
-        default_factory=lambda: LRUCache(maxsize=KNOWN_BYTES, getsizeof=_weight)
-    )
-
-    # Conversations without an id, by a fingerprint of their last request's first
-    # bytes (`known.fingerprints`).
-    openings: LRUCache[Hashable, Hashable] = field(
-        default_factory=lambda: LRUCache(maxsize=OPENINGS)
-    )
-
-    def remember(self, key: Hashable, known: Known, fingerprints: Sequence[Hashable] = ()) -> None:
-        if known.weight <= KNOWN_BYTES:
-            self.known[key] = known
-            for fingerprint in fingerprints:
-                self.openings[fingerprint] = key
+    def forget(self, key: ConvKey) -> None:
+        """Drop everything this process keeps of a conversation (the store's part is `delete`)."""
+        self.background.cancel(key)
+        self.sessions.forget(key)
 
     # Budgets and policies are pure functions of settings and a few request values;
     # built once per distinct input instead of once per request.
@@ -140,7 +80,7 @@ class AppContext:
         """The strategy's policy; `preparing=False` turns summary preparation off.
 
         A stretch that has its preparation already needs no other (see
-        `chat.prepare_next`), and without one to compute the core answers a
+        `turn.background.prepare_next`), and without one to compute the core answers a
         turn near the trigger at a glance instead of grouping the tail to
         find the eviction it would prepare.
         """

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from . import conversation as conv
 from .messages import Message, message_hash
 from .reduction.types import Reduction
 from .store import ArchiveEntry, Conversation, ConvKey, Snapshot, TurnCommit, WorkingLayout
+
+if TYPE_CHECKING:
+    from .turn.sessions import Branch
 
 MAX_REBASES = 8
 
@@ -33,6 +37,8 @@ class Outcome:
     model: str = ""
     upstream_headers: Mapping[str, str] = field(default_factory=dict)
     recalled: int | None = None  # None when recall is off
+    # The branch whose summaries this turn used and prepares (see `turn.sessions`).
+    branch: Branch | None = field(default=None, compare=False)
 
     def headers(self) -> dict[str, str]:
         return {

@@ -48,15 +48,15 @@ def redis_url() -> Iterator[str]:
 @pytest.fixture
 def reparsed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Per request, in order: whether it was parsed from its new bytes only (`known.reparse`)."""
-    from proxy import chat
+    from proxy.fastpath import Resend
 
     seen: list[bool] = []
-    real = chat.Resend.reparse
+    real = Resend.reparse
 
-    def spy(self: chat.Resend) -> dict[str, Any] | None:
+    def spy(self: Resend) -> dict[str, Any] | None:
         payload = real(self)
         seen.append(payload is not None)
         return payload
 
-    monkeypatch.setattr(chat.Resend, "reparse", spy)
+    monkeypatch.setattr(Resend, "reparse", spy)
     return seen

@@ -262,3 +262,60 @@ def test_simultaneous_append_turns_on_two_replicas_lose_nothing(
     assert sorted(asked) == sorted(["opening", *[f"racing {i}" for i in range(20)]])
     roles = [m["role"] for m in conversation["working"]]
     assert roles == ["user", "assistant"] * 21
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_two_workers_serve_one_port_and_store_and_conversations_continue_across_them(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    """`serve --workers 2`: a turn may land on either process, and sees every earlier turn."""
+    upstream, upstream_url = fake
+    port = free_port()
+    process = proxy_process(
+        port,
+        CONTEXT_PROXY_UPSTREAM_BASE_URL=upstream_url,
+        CONTEXT_PROXY_STORE_PATH=str(tmp_path / "workers.db"),
+        CONTEXT_PROXY_SERVER_WORKERS="2",
+        CONTEXT_PROXY_SERVER_LOG_LEVEL="warning",
+    )
+    try:
+        # uvicorn's supervisor starts the workers as its children.
+        deadline = time.monotonic() + 20
+        while len(_children(process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_children(process.pid)) >= 2
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-w", max_retries=0)
+        api.chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "turn 0"}],
+            extra_headers={"X-Conversation-Id": "shared"},
+        )
+        for i in range(1, 30):
+            # A new connection each turn, so turns spread over both workers.
+            with openai.OpenAI(
+                base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-w", max_retries=0
+            ) as fresh:
+                reply = fresh.chat.completions.create(
+                    model="gpt-4o",
+                    messages=[{"role": "user", "content": f"turn {i}"}],
+                    extra_headers={"X-Conversation-Id": "shared", "X-Context-Mode": "append"},
+                )
+            assert reply.choices[0].message.content
+            sent = upstream.last_chat()["messages"]
+            assert [m["content"] for m in sent if m["role"] == "user"] == [
+                f"turn {j}" for j in range(i + 1)
+            ]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)

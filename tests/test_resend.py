@@ -24,7 +24,7 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
-from proxy.known import Known, list_start, locate, remember, reparse, resent
+from proxy.fastpath.known import Known, list_start, locate, remember, reparse, resent
 from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
 from proxy.store.schema import m001_initial, m002_message_search, migrate
 
@@ -70,9 +70,9 @@ def script(post: Any) -> None:
 
 
 def play(
-    store: Store, *, forget: bool, conversation_id: str | None = "resend"
+    store: Store, *, fast_path: bool, conversation_id: str | None = "resend"
 ) -> tuple[list[bytes], list[dict[str, str]], list[Any]]:
-    """Run the script; `forget` clears the proxy's memory of the last request before each turn.
+    """Run the script, with the resend fast path on or off (`server.fast_path`).
 
     Without a `conversation_id` the proxy derives one, and the edit of the
     first question starts another conversation.
@@ -84,7 +84,11 @@ def play(
         side_effect=lambda request: httpx.Response(200, json=next(upstream))
     )
     settings = load_settings(
-        env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM, "CONTEXT_PROXY_MODELS_TINY": "700"}
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": UPSTREAM,
+            "CONTEXT_PROXY_MODELS_TINY": "700",
+            "CONTEXT_PROXY_SERVER_FAST_PATH": str(fast_path).lower(),
+        }
     )
     app = create_app(settings, transport=httpx.MockTransport(router.handler), store=store)
     headers: list[dict[str, str]] = []
@@ -92,8 +96,6 @@ def play(
     with TestClient(app) as client:
 
         def post(history: list[dict[str, Any]]) -> dict[str, Any]:
-            if forget:
-                client.app_state["ctx"].known.clear()
             r = client.post(
                 "/v1/chat/completions",
                 json={"model": "tiny", "messages": history},
@@ -114,11 +116,11 @@ def play(
 
 
 @pytest.mark.parametrize("conversation_id", ["resend", None])
-def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(
+def test_the_fast_path_changes_nothing_forwarded_or_stored(
     tmp_path: Path, reparsed: list[bool], conversation_id: str | None
 ) -> None:
     remembered = play(
-        SqliteStore(str(tmp_path / "a.db")), forget=False, conversation_id=conversation_id
+        SqliteStore(str(tmp_path / "a.db")), fast_path=True, conversation_id=conversation_id
     )
     # Every turn resends the last request's bytes, and is parsed from its new
     # bytes only, but the first and those after an edit of a message sent before;
@@ -126,21 +128,21 @@ def test_remembering_the_last_request_changes_nothing_forwarded_or_stored(
     full = {0, 10, 13} if conversation_id else {0, 1, 10, 13}
     assert reparsed == [i not in full for i in range(14)]
     reparsed.clear()
-    forgotten = play(
-        SqliteStore(str(tmp_path / "b.db")), forget=True, conversation_id=conversation_id
+    plain = play(
+        SqliteStore(str(tmp_path / "b.db")), fast_path=False, conversation_id=conversation_id
     )
     assert not any(reparsed)
-    in_memory = play(MemoryStore(), forget=False, conversation_id=conversation_id)
+    in_memory = play(MemoryStore(), fast_path=True, conversation_id=conversation_id)
 
-    assert remembered[0] == forgotten[0] == in_memory[0]
-    assert remembered[1] == forgotten[1] == in_memory[1]
-    assert remembered[2] == forgotten[2] == in_memory[2]
+    assert remembered[0] == plain[0] == in_memory[0]
+    assert remembered[1] == plain[1] == in_memory[1]
+    assert remembered[2] == plain[2] == in_memory[2]
     reductions = {h["x-context-reduction"] for h in remembered[1]}
     assert {"summarized", "reused"} <= {k for r in reductions for k in r.split(",")}
 
 
 def test_a_resent_message_is_forwarded_as_the_client_sent_it(tmp_path: Path) -> None:
-    sent, _, working = play(MemoryStore(), forget=False)
+    sent, _, working = play(MemoryStore(), fast_path=True)
     # The app's own turns, not the summaries prepared in the background meanwhile.
     turns = [body for body in sent if b"context-proxy summarizer" not in body]
     before = [m["weight"] for m in json.loads(turns[-2])["messages"] if "weight" in m]
@@ -163,15 +165,15 @@ def test_deleting_a_conversation_forgets_its_last_request() -> None:
             json={"model": "gpt-4o", "messages": [user("secret")]},
             headers={**KEY, "X-Conversation-Id": "resend"},
         )
-        known = client.app_state["ctx"].known
-        assert CONV in known
+        sessions = client.app_state["ctx"].sessions
+        assert sessions.known(CONV) is not None
         r = client.delete(
             "/admin/conversations/resend",
             params={"tenant": CONV.tenant},
             headers={"Authorization": "Bearer adm"},
         )
         assert r.status_code == 200
-        assert CONV not in known
+        assert sessions.known(CONV) is None and not sessions.holds(CONV)
 
 
 @pytest.mark.asyncio

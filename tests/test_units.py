@@ -434,3 +434,49 @@ def test_readme_configuration_reference_matches_the_settings() -> None:
     start = readme.index("<!-- config-reference:start")
     body = readme[readme.index("\n", start) + 1 : readme.index("<!-- config-reference:end")]
     assert body.strip() == reference().strip(), "run `context-proxy config-doc` into README.md"
+
+
+def test_serving_needs_none_of_the_tools_or_embeddings_packages() -> None:
+    """`pip install context-proxy` carries what `serve` needs: a turn runs without the extras."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+for name in ('openai', 'rich', 'plotext', 'pygal', 'numpy', 'pydantic'):
+    sys.modules[name] = None  # as if only the runtime were installed
+import httpx
+from starlette.testclient import TestClient
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.mock_upstream import MockUpstream, offline_counter
+settings = load_settings(None, env={}, overrides={
+    'upstream': {'base_url': 'http://mock.test/v1'}, 'store': {'backend': 'memory'}})
+app = create_app(settings, transport=httpx.ASGITransport(app=MockUpstream().app),
+                 counter=offline_counter())
+with TestClient(app) as client:
+    r = client.post('/v1/chat/completions', headers={'authorization': 'Bearer sk-x'},
+                    json={'model': 'm', 'messages': [{'role': 'user', 'content': 'hi'}]})
+    print(r.status_code, client.get('/healthz').status_code)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "200 200", done.stdout + done.stderr
+
+
+def test_a_tool_without_its_extra_says_what_to_install() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['rich'] = None  # as if the tools extra were not installed\n"
+        "from proxy.cli import main\n"
+        "sys.exit(main(['inspect', 'x', '--db', 'none.db']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "pip install 'context-proxy[tools]'" in done.stderr

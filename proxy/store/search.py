@@ -36,7 +36,6 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-import numpy as np
 import orjson
 
 from proxy.messages import Message, role, text_of
@@ -191,6 +190,8 @@ def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) 
 
 def unit_vector(values: Sequence[float]) -> bytes:
     """float32 bytes scaled to length 1, so cosine similarity is one dot product."""
+    import numpy as np  # the `embeddings` extra; only embeddings recall gets here
+
     v = np.asarray(values, dtype=np.float32)
     norm = float(np.linalg.norm(v))
     return (v / norm if norm > 0 else v).astype(np.float32).tobytes()
@@ -240,6 +241,8 @@ def nearest(
     min_similarity: float,
 ) -> list[SearchHit]:
     """The `limit` messages most similar to `vector` (cosine), at or above `min_similarity`."""
+    import numpy as np  # the `embeddings` extra; only embeddings recall gets here
+
     query = np.frombuffer(vector, dtype=np.float32)
     rows = [
         (int(seq), blob)

@@ -825,6 +825,10 @@ class SqliteStore(search.Searchable):
         self._recent.pop(key, None)
         return await self._run(lambda db: _write(db, lambda: job(db)))
 
+    def remembers(self, key: ConvKey) -> bool:
+        """Whether this process keeps anything of the conversation in memory."""
+        return key in self._recent or key in self._queued
+
     async def list_conversations(
         self, tenant: str | None, *, limit: int = 50, offset: int = 0
     ) -> list[ConversationSummary]:

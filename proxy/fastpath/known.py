@@ -2,8 +2,8 @@
 
 In full-history mode a client resends every message every turn, and in a
 long conversation all but the last two were seen before. Validating,
-hashing, counting and grouping them again made each turn cost as much as
-the whole conversation. A `Known` keeps, per conversation, the last
+hashing, counting and grouping them again would make each turn cost as much
+as the whole conversation. A `Known` keeps, per conversation, the last
 request's messages with their digests, chain hashes, token counts and the
 reduction core's grouped tail; the next request's resent prefix reuses them
 and only its new messages are worked on.
@@ -12,9 +12,8 @@ The prefix is recognised by bytes, not by Python equality: the request
 body must start with the bytes of the last one up to the end of its last
 message, so `1` never passes for `true` and a reordered key never passes
 for the original. Those bytes are the client's own, so nothing is
-serialised again (re-serialising a 1,000-message history cost 0.1-0.2 ms a
-turn); only where the message list ends in a body has to be found (see
-`locate`). Only lengths and xxh3-128 digests are kept, not the bytes
+serialised again; only where the message list ends in a body has to be
+found (see `locate`). Only lengths and xxh3-128 digests are kept, not the bytes
 (hundreds of kilobytes in a long conversation); as with message digests, a
 crafted collision could only confuse the crafter's own conversation. The
 matched messages are then replaced by the remembered objects, which are
@@ -22,12 +21,13 @@ equal to the byte, so everything downstream (the core's memo, identity
 lookups) finds the objects it saw before.
 
 Better still, a body that starts with those bytes need not be parsed up to
-them (`reparse`): parsing a 1,000-message body cost 0.6 ms a turn and
-freeing the duplicate objects 0.15 ms more, the largest cost that grew with
-the history. A request without a conversation id is matched to its
-conversation by `fingerprints` of its first bytes.
+them (`reparse`): parsing a long history, and freeing the duplicate objects,
+is otherwise the largest cost that grows with the conversation. A request
+without a conversation id is matched to its conversation by `fingerprints`
+of its first bytes.
 
-Pure: the app holds the cache and decides when to look and when to store.
+Pure: `proxy.turn.sessions` holds what is remembered, and `proxy.fastpath`
+decides when to look and what to remember.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any
 import orjson
 import xxhash
 
-from .messages import Message
-from .reduction.tail import Tail
+from ..messages import Message
+from ..reduction.tail import Tail
 
 # Bytes JSON allows between tokens.
 _SPACE = b" \t\r\n"
@@ -50,8 +50,8 @@ _MAX_CANDIDATES = 64
 # conversation is filed under the longest one its history covers, which tells
 # apart conversations sharing a long system prompt, and a request is looked up
 # under every one its body covers, longest first (the history may have grown
-# past the next one since). Powers of 4 from 256 bytes: hashing all of them
-# costs 1.3 times hashing the longest.
+# past the next one since). Powers of 4 from 256 bytes keep hashing all of
+# them close to the cost of hashing the longest.
 FINGERPRINT_LENGTHS = tuple(256 * 4**k for k in range(10))
 # A placeholder for the remembered messages in the document `reparse` parses.
 _PLACEHOLDER = b"0"

@@ -1,0 +1,1 @@
+"""One conversation turn, stage by stage: `pipeline` runs them in order."""

@@ -1,0 +1,71 @@
+"""The commit stage: a completed turn is stored, and what it leaves for later is started.
+
+What a turn writes is decided by `proxy.outcome` (pure); this stage writes
+it, rebases an append-mode turn that lost a race to another replica, and
+then starts the turn's background work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..messages import Message
+from ..outcome import MAX_REBASES, Outcome, rebase, turn_commit
+from ..store import Conflict, StoreError
+from .background import embed_next, prepare_next
+
+if TYPE_CHECKING:
+    from ..context import AppContext
+
+log = logging.getLogger("context_proxy.chat")
+
+
+async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
+    """Store the completed turn; in append mode, rebase onto turns other replicas committed."""
+    for _ in range(MAX_REBASES):
+        try:
+            turn = turn_commit(outcome, answer, time.time())
+            # A full-history turn need not be written before the answer goes
+            # out: the store answers this process's next lookup from memory.
+            # An append-mode turn may conflict, so it is awaited.
+            written = await ctx.store.commit(turn, wait=turn.expected_turns is not None)
+            if written is not None:
+                written.add_done_callback(functools.partial(_written, ctx, outcome))
+            _continue_branch(ctx, outcome, turn.snapshot.head)
+            embed_next(ctx, outcome)
+            return
+        except Conflict:
+            try:
+                latest = await ctx.store.latest(outcome.key)
+            except StoreError:
+                break
+            if latest is None:
+                break
+            outcome = rebase(outcome, latest)
+        except StoreError as exc:
+            ctx.metrics.store_errors.labels("commit").inc()
+            log.error("could not store turn of %s: %s", outcome.key.conversation, exc)
+            return
+    ctx.metrics.store_errors.labels("commit").inc()
+    log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
+
+
+def _continue_branch(ctx: AppContext, outcome: Outcome, head: str) -> None:
+    """The branch's next turn extends the snapshot `head`: its preparations move there."""
+    branch = outcome.branch
+    if branch is None:
+        return
+    prepare_next(ctx, outcome, branch)
+    ctx.sessions.advance(outcome.key, branch, head)
+
+
+def _written(ctx: AppContext, outcome: Outcome, done: asyncio.Future[Any]) -> None:
+    """A turn written after its answer went out: a failure can only be counted and logged."""
+    error = None if done.cancelled() else done.exception()
+    if done.cancelled() or error is not None:
+        ctx.metrics.store_errors.labels("commit").inc()
+        log.error("could not store turn of %s: %s", outcome.key.conversation, error or "cancelled")

@@ -1,0 +1,117 @@
+"""The load stage: what the store holds of a conversation, reconciled with the request.
+
+In append mode the stored working history is the history, and the request
+carries only the new messages. In full-history mode the request's chain
+hashes find the longest stored snapshot it extends (a store that cannot be
+reached makes the turn stateless, never a failed request). Either way the
+result is a `Loaded` turn with every message's token count at hand.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import conversation as conv
+from ..errors import ProxyError
+from ..messages import Message, chain_hashes, digest
+from ..store import ConvKey, StoreError
+from ..tokens import RequestCounts
+
+if TYPE_CHECKING:
+    from ..context import AppContext
+    from ..fastpath import Resend
+
+log = logging.getLogger("context_proxy.chat")
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A reconciled turn, its token counts, and how it was loaded.
+
+    `digests` and `hashes` are every message's (full-history mode only);
+    `version` is the stored turn count an append-mode turn builds on;
+    `extends` is the head of the stored snapshot the turn continues ("": none).
+    """
+
+    turn: conv.Turn
+    count: RequestCounts
+    stateless: bool
+    version: int | None
+    digests: list[bytes] | None
+    hashes: list[str] | None
+    extends: str
+
+
+async def load(
+    ctx: AppContext,
+    key: ConvKey,
+    messages: list[Message],
+    model: str,
+    mode: str,
+    resend: Resend | None,
+) -> Loaded:
+    if mode == "append":
+        return await _append(ctx, key, messages, model)
+    return await _full(ctx, key, messages, model, resend)
+
+
+async def _append(ctx: AppContext, key: ConvKey, messages: list[Message], model: str) -> Loaded:
+    try:
+        stored = await ctx.store.latest(key)
+    except StoreError:
+        ctx.metrics.store_errors.labels("latest").inc()
+        raise ProxyError(
+            503,
+            "The conversation store is unreachable; append mode cannot supply the history.",
+            type="server_error",
+            code="store_unavailable",
+        ) from None
+    if stored is None:
+        raise ProxyError(
+            404,
+            f"Unknown conversation '{key.conversation}'. Start it with "
+            "a full-history request (without X-Context-Mode: append).",
+            param="X-Conversation-Id",
+            code="conversation_not_found",
+        )
+    turn = conv.reconcile_append(messages, stored.working, stored.state, stored.position + 1)
+    count = RequestCounts(ctx.counter, model, turn.history, None, None, 0)
+    return Loaded(turn, count, False, stored.turns, None, None, stored.head)
+
+
+async def _full(
+    ctx: AppContext, key: ConvKey, messages: list[Message], model: str, resend: Resend | None
+) -> Loaded:
+    # The resent prefix's digests, hashes and counts were computed last turn.
+    known, seen = (resend.known, resend.count) if resend is not None else (None, 0)
+    digests = [*(known.digests[:seen] if known else ()), *map(digest, messages[seen:])]
+    parent = known.hashes[seen - 1] if known and seen else ""
+    hashes = [
+        *(known.hashes[:seen] if known else ()),
+        *chain_hashes(messages[seen:], parent, digests=digests[seen:]),
+    ]
+    counts: list[int] | None = None
+    if known is not None and known.model == model:
+        fresh = zip(messages[seen:], digests[seen:], strict=True)
+        counts = [
+            *known.counts[:seen],
+            *(ctx.counter.count_message(model, m, d) for m, d in fresh),
+        ]
+    stateless = False
+    try:
+        snapshot = await ctx.store.find_snapshot(key, hashes)
+    except StoreError:
+        ctx.metrics.store_errors.labels("find_snapshot").inc()
+        log.warning("store unreachable; reducing %s without stored state", key.conversation)
+        snapshot, stateless = None, True
+    turn = conv.reconcile_full(
+        messages,
+        hashes,
+        snapshot.position if snapshot else None,
+        snapshot.state if snapshot else None,
+    )
+    count = RequestCounts(ctx.counter, model, turn.history, digests, counts, seen)
+    extends = snapshot.head if snapshot is not None else ""
+    return Loaded(turn, count, stateless, None, digests, hashes, extends)

@@ -1,0 +1,201 @@
+"""`POST /v1/chat/completions`, as named stages: identify, load, reduce, forward, relay, commit.
+
+Each stage lives in a module of its own beside this one; this module only
+reads the request's options and runs the stages in order.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from ..context import AppContext
+from ..errors import ProxyError
+from ..fastpath import Resend
+from ..intake import as_messages, check_content_type, parse_chat, read_body
+from ..messages import Message
+from ..outcome import Outcome
+from ..reduction.types import STRATEGIES
+from ..store import ConvKey
+from ..upstream import bearer_token, forward_headers, response_headers
+from .load import load
+from .recall import recall_into
+from .reduce import reduce_turn, with_kind
+from .relay import forward_body, read_whole, relay, send
+
+access = logging.getLogger("context_proxy.access")
+ROUTE = "/v1/chat/completions"
+
+
+async def chat_completions(request: Request) -> Response:
+    ctx: AppContext = request.state.ctx
+    started = time.perf_counter()
+    given = header_map(request)
+    check_content_type(given.get("content-type"))
+    body = await read_body(request, ctx.settings.server.max_body_bytes)
+    resend = Resend(ctx.sessions, given, body, enabled=ctx.settings.server.fast_path)
+    payload = parse_chat(body, resend, resend.reparse())
+    authorize(ctx, given)
+    if ctx.recorder is not None:
+        await ctx.recorder.record(payload)
+    mode, strategy = options(ctx, given)
+    messages = as_messages(payload)
+    key = resend.conversation(messages)  # identify
+    headers = forward_headers(request.headers.items(), ctx.settings.upstream)
+    streaming = bool(payload.get("stream"))
+    # Append-mode turns of one conversation apply in arrival order.
+    lock = ctx.locks.get(key) if mode == "append" else None
+    if lock is not None:
+        await lock.acquire()
+    try:
+        outcome = await plan(ctx, key, payload, messages, mode, strategy, headers, resend.of(key))
+        content = forward_body(body, payload, outcome.reduction.messages)  # forward
+        response = await send(ctx, content, headers, events=streaming)
+        ctx.metrics.child(ctx.metrics.upstream_latency, ROUTE).observe(
+            time.perf_counter() - started
+        )
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    release = lock.release if lock is not None else _noop
+    access_log(outcome, mode, strategy, response.status_code, started)
+    if streaming and response.status_code == 200:  # relay, committing at the end
+        return StreamingResponse(
+            relay(ctx, response, outcome, release),
+            status_code=200,
+            headers={**response_headers(response.headers), **outcome.headers()},
+        )
+    try:
+        content = await read_whole(ctx, response, outcome)  # relay and commit
+    finally:
+        await response.aclose()
+        release()
+    ok = response.status_code == 200
+    extra = outcome.headers() if ok else {"x-conversation-id": key.conversation}
+    return Response(
+        content,
+        status_code=response.status_code,
+        headers={**response_headers(response.headers), **extra},
+    )
+
+
+async def plan(
+    ctx: AppContext,
+    key: ConvKey,
+    payload: dict[str, Any],
+    messages: list[Message],
+    mode: str,
+    strategy: str,
+    headers: dict[str, str],
+    resend: Resend | None = None,
+) -> Outcome:
+    """Load, reconcile and reduce the turn: what goes upstream, and what to store after."""
+    model = str(payload["model"])
+    loaded = await load(ctx, key, messages, model, mode, resend)
+    branch = ctx.sessions.branch(key, loaded.extends)
+    memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
+    reduction, made, spent = await reduce_turn(
+        ctx, loaded, payload, strategy, headers, branch, memo
+    )
+    if resend is not None and loaded.digests is not None and loaded.hashes is not None:
+        resend.remember(
+            key, messages, loaded.digests, loaded.hashes, loaded.count, loaded.turn, reduction, memo
+        )
+    recalled: int | None = None
+    if ctx.settings.recall.enabled:
+        reduction, recalled = await recall_into(ctx, key, reduction, payload, headers)
+    if loaded.stateless:
+        reduction = with_kind(reduction, "stateless")
+    tokens_in = loaded.count.total
+    ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
+    return Outcome(
+        key,
+        loaded.turn,
+        reduction,
+        tokens_in,
+        made,
+        spent,
+        loaded.stateless,
+        loaded.version,
+        model,
+        headers,
+        recalled,
+        branch,
+    )
+
+
+def options(ctx: AppContext, headers: Mapping[str, str]) -> tuple[str, str]:
+    """The request's mode (full or append) and strategy, from its headers and the settings."""
+    mode = headers.get("x-context-mode", "full").strip().lower()
+    if mode not in ("full", "append"):
+        raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.", param="X-Context-Mode")
+    strategy = headers.get("x-context-strategy", "").strip().lower()
+    strategy = strategy or ctx.settings.reduction.strategy
+    if strategy not in STRATEGIES:
+        raise ProxyError(
+            400,
+            f"X-Context-Strategy must be one of {', '.join(STRATEGIES)}.",
+            param="X-Context-Strategy",
+        )
+    if ctx.settings.reduction.trigger_ratio == 0:
+        strategy = "none"  # a threshold of 0 disables compaction
+    return mode, strategy
+
+
+def header_map(request: Request) -> dict[str, str]:
+    """The request's headers by name (ASGI's are lower-case), the first of each, decoded once.
+
+    Starlette's `Headers.get` scans every header on each call, and a chat
+    request reads seven of them.
+    """
+    found: dict[str, str] = {}
+    for name, value in request.scope["headers"]:
+        key = name.decode("latin-1")
+        if key not in found:
+            found[key] = value.decode("latin-1")
+    return found
+
+
+def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
+    api_key = bearer_token(headers)
+    keys = ctx.settings.auth.client_keys
+    if keys and not any(hmac.compare_digest(api_key.encode(), k.encode()) for k in keys):
+        raise ProxyError(401, "Incorrect API key provided for this proxy.", code="invalid_api_key")
+
+
+def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
+    """One line per request: ids, reduction and sizes, never content or keys."""
+    if not access.isEnabledFor(logging.INFO):
+        return
+    access.info(
+        "chat conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
+        "upstream_status=%d ms=%.1f",
+        outcome.key.conversation,
+        mode,
+        strategy,
+        ",".join(outcome.reduction.kinds),
+        outcome.tokens_in,
+        outcome.reduction.tokens_out,
+        status,
+        (time.perf_counter() - started) * 1000,
+        extra={
+            "conversation": outcome.key.conversation,
+            "mode": mode,
+            "strategy": strategy,
+            "reduction": list(outcome.reduction.kinds),
+            "tokens_in": outcome.tokens_in,
+            "tokens_out": outcome.reduction.tokens_out,
+            "upstream_status": status,
+        },
+    )
+
+
+def _noop() -> None:
+    return None

@@ -1,0 +1,123 @@
+"""The recall stage: archived messages relevant to the question, quoted into the reduced turn.
+
+What counts as relevant and how it is quoted is `proxy.recall` (pure);
+this stage asks the store (or the embeddings endpoint and the store), keeps
+within the recall and history budgets, and remembers the block for the
+turn's next requests. Recall is an extra: a store or embeddings failure
+costs the turn its recall, never the request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .. import recall
+from ..embeddings import EmbeddingsUnavailable
+from ..intake import reserved_output
+from ..messages import digest, last_user_index, role, text_of
+from ..reduction.types import Reduction
+from ..store import ConvKey, StoreError
+from .sessions import Recalled
+
+if TYPE_CHECKING:
+    from ..context import AppContext
+
+# Embeddings recall: an archived message must be this much more similar to the
+# question (cosine) than everything forwarded, or the context already covers it.
+SIMILARITY_MARGIN = 0.05
+
+log = logging.getLogger("context_proxy.chat")
+
+
+async def recall_into(
+    ctx: AppContext,
+    key: ConvKey,
+    reduction: Reduction,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+) -> tuple[Reduction, int]:
+    """`reduction` with a recall block before its last user message, and how many hits it quotes.
+
+    The question is searched once, on the request that ends with it; the
+    requests that follow within the same turn (tool results) repeat that
+    block verbatim, so the turn's requests share their prefix.
+    """
+    at = last_user_index(reduction.messages)
+    if at < 0:
+        return reduction, 0
+    model = str(payload["model"])
+    room = ctx.budget(model, reserved_output(payload)).limit - reduction.tokens_out
+    asked = digest(reduction.messages[at])
+    cached = ctx.sessions.recall(key)
+    if at < len(reduction.messages) - 1 and cached is not None and cached.question == asked:
+        content, found = cached.block, cached.hits
+    else:
+        content, found = await _search(ctx, key, reduction, at, model, headers, room)
+        ctx.sessions.recalled(key, Recalled(asked, content, found))
+    if not found:
+        return reduction, 0
+    extra = ctx.counter.count_message(model, {"role": "system", "content": content})
+    if extra > room:  # tool results since the turn's first request filled the budget
+        return reduction, 0
+    ctx.metrics.recall_hits.inc(found)
+    messages = tuple(recall.inject(reduction.messages, content))
+    return dataclasses.replace(
+        reduction, messages=messages, tokens_out=reduction.tokens_out + extra
+    ), found
+
+
+async def _search(
+    ctx: AppContext,
+    key: ConvKey,
+    reduction: Reduction,
+    at: int,
+    model: str,
+    headers: dict[str, str],
+    room: int,
+) -> tuple[str, int]:
+    """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
+
+    The block holds as many of the best hits as fit both `recall.max_tokens`
+    and the `room` the history budget leaves.
+    """
+    if room <= 0:
+        return "", 0
+    settings = ctx.settings.recall
+    question = text_of(reduction.messages[at])
+    # Forwarded messages may rank first; ask for enough to skip them all.
+    limit = min(settings.k + len(reduction.messages), 1000)
+    try:
+        if ctx.embedder is not None:
+            (vector,) = await ctx.embedder.embed([question], headers)
+            hits = await ctx.store.nearest(
+                key,
+                ctx.embedder.model,
+                vector,
+                limit=limit,
+                min_similarity=settings.min_similarity,
+            )
+        else:
+            hits = await ctx.store.search(key, recall.words(question), limit=limit)
+    except EmbeddingsUnavailable as exc:
+        ctx.metrics.embeddings.labels("failed").inc()
+        log.info("no recall for %s: embedding the question failed (%s)", key.conversation, exc)
+        return "", 0
+    except StoreError:
+        ctx.metrics.store_errors.labels("search").inc()
+        return "", 0
+    context = [
+        text_of(m).strip()
+        for i, m in enumerate(reduction.messages)
+        if i != at and role(m) in ("user", "assistant", "tool")
+    ]
+    margin = SIMILARITY_MARGIN if ctx.embedder is not None else 0.0
+    found = recall.fresh(hits, question, context, settings.k, margin)
+    while found:
+        content = recall.quote(found, max_chars=max(200, settings.max_tokens * 4 // len(found)))
+        tokens = ctx.counter.count_message(model, {"role": "system", "content": content})
+        if tokens <= min(settings.max_tokens, room):
+            return content, len(found)
+        found = found[:-1]
+    return "", 0

@@ -1,0 +1,100 @@
+"""The reduce stage: the pure core's reduction, with the summaries it asks for.
+
+The core (`proxy.reduction`) never calls anyone: when it needs a summary
+it says so, this stage asks the summariser and reduces again. A summary the
+branch prepared in the background is handed in up front, so the turn that
+crosses the trigger rarely waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ProxyError
+from ..intake import reserved_output
+from ..reduction import reduce
+from ..reduction.tail import Tail
+from ..reduction.types import KINDS, ContextTooLarge, Reduction
+from ..summarizer import SummarizerUnavailable
+from .background import stretch
+from .load import Loaded
+from .sessions import Branch
+
+if TYPE_CHECKING:
+    from ..context import AppContext
+
+log = logging.getLogger("context_proxy.chat")
+
+
+async def reduce_turn(
+    ctx: AppContext,
+    loaded: Loaded,
+    payload: dict[str, Any],
+    strategy: str,
+    headers: dict[str, str],
+    branch: Branch,
+    memo: Tail | None = None,
+) -> tuple[Reduction, int, int]:
+    """The turn's reduction, and the summaries made for it and their tokens.
+
+    A failing summariser costs this turn its summary, never the request: the
+    window result the core prepared alongside its requests is forwarded.
+    """
+    turn, count = loaded.turn, loaded.count
+    if strategy == "none":
+        unreduced = Reduction(
+            messages=turn.history,
+            state=turn.working.state,
+            kinds=("none",),
+            tokens_out=count.total,
+        )
+        return unreduced, 0, 0
+    model = str(payload["model"])
+    # A stretch that has its preparation already needs no other, and without
+    # one to compute the core answers a turn near the trigger at a glance.
+    preparing = branch.stretch != stretch(turn.working.state)
+    policy = ctx.policy(strategy, preparing=preparing)
+    budget = ctx.budget(model, reserved_output(payload))
+    prepared = branch.texts
+
+    def run(summaries: dict[str, str], memo: Tail | None) -> Reduction:
+        try:
+            return reduce(turn.working, policy, budget, count, summaries, memo=memo)
+        except ContextTooLarge as exc:
+            raise ProxyError(
+                400, str(exc), param="messages", code="context_length_exceeded"
+            ) from None
+
+    reduction = run(prepared, memo)
+    if not reduction.summary_requests:
+        return reduction, 0, 0
+    ctx.metrics.summary_waits.inc()
+    try:
+        results = await asyncio.gather(
+            *(
+                ctx.summarizer.summarize(r, model=model, headers=headers)
+                for r in reduction.summary_requests
+            )
+        )
+    except SummarizerUnavailable as exc:
+        ctx.metrics.summarizer_failures.inc()
+        log.warning("summarizer failed (%s); forwarding a window reduction", exc)
+        return with_kind(reduction, "fallback"), 0, 0
+    texts = {
+        req.key: res.text for req, res in zip(reduction.summary_requests, results, strict=True)
+    }
+    ctx.metrics.summaries_made.inc(len(results))
+    summaries = {**prepared, **texts}
+    again = run(summaries, reduction.tail)
+    return again, len(results), sum(r.tokens for r in results)
+
+
+def with_kind(reduction: Reduction, kind: str) -> Reduction:
+    """`reduction`, also reported as `kind` (a fallback, a stateless turn)."""
+    kinds = set(reduction.kinds) | {kind}
+    return dataclasses.replace(
+        reduction, kinds=tuple(k for k in KINDS if k in kinds), summary_requests=()
+    )

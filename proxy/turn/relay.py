@@ -1,0 +1,101 @@
+"""The forward and relay stages: the reduced turn goes upstream, the answer comes back.
+
+The answer is relayed as it arrives, byte for byte. The turn is committed
+only once the answer completed: for a stream, inside the relaying generator
+before the chunk carrying `[DONE]` is passed on (SDKs return to the app at
+`[DONE]`, and the app's next turn must find this one stored), so a client
+that disconnects (which cancels the generator and closes the upstream
+response) leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from ..messages import Message
+from ..outcome import Outcome
+from ..sse import StreamAssembler, message_from_completion
+from ..upstream import transport_error
+from .commit import commit
+
+if TYPE_CHECKING:
+    from ..context import AppContext
+
+
+def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Message]) -> bytes:
+    """The upstream's request: the client's own bytes when the reduction kept every message.
+
+    Re-serialising a long history costs about as much as parsing it, and
+    the client's bytes are the most faithful copy of what it meant to send.
+    The check is by identity: the reduction passes kept messages through as
+    the same objects, so this is a pointer comparison per message.
+    """
+    sent = payload["messages"]
+    if len(messages) == len(sent) and all(map(operator.is_, messages, sent)):
+        return body
+    return orjson.dumps({**payload, "messages": list(messages)})
+
+
+async def send(
+    ctx: AppContext, content: bytes, headers: dict[str, str], *, events: bool = False
+) -> httpx.Response:
+    # The proxy reads the answer to keep it, so it asks for an uncompressed one.
+    request = ctx.client.post_request(
+        ctx.chat_url,
+        content,
+        {**headers, "content-type": "application/json", "accept-encoding": "identity"},
+        events=events,
+    )
+    try:
+        return await ctx.client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise transport_error(exc) from None
+
+
+async def relay(
+    ctx: AppContext, response: httpx.Response, outcome: Outcome, release: Callable[[], None]
+) -> AsyncIterator[bytes]:
+    """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
+    assembler = StreamAssembler()
+    ctx.metrics.active_streams.inc()
+    committed = False
+    try:
+        async for chunk in response.aiter_raw():
+            assembler.feed(chunk)
+            if assembler.done and not committed and assembler.complete:
+                committed = True
+                await commit(ctx, outcome, assembler.message())
+            yield chunk
+        assembler.close()
+        if assembler.complete and not committed:
+            await commit(ctx, outcome, assembler.message())
+    except httpx.HTTPError as exc:
+        # Headers are gone already; end the stream with an OpenAI-style error event.
+        err = transport_error(exc)
+        yield b"data: " + err.body() + b"\n\n"
+    finally:
+        ctx.metrics.active_streams.dec()
+        await response.aclose()
+        release()
+
+
+async def read_whole(ctx: AppContext, response: httpx.Response, outcome: Outcome) -> bytes:
+    """A JSON answer, read whole; the turn is committed if it is a completed answer."""
+    content = await response.aread()
+    if response.status_code == 200:
+        answer = message_from_completion(_json(content))
+        if answer is not None:
+            await commit(ctx, outcome, answer)
+    return content
+
+
+def _json(content: bytes) -> Any:
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None

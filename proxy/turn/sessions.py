@@ -1,0 +1,183 @@
+"""The one home of a conversation's in-process state: what this process remembers between turns.
+
+Everything a process keeps about a conversation outside the store lives in
+its `Session`:
+
+- `known`: its last full-history request and what was computed for it,
+  which the resend fast path reuses (see `proxy.fastpath`);
+- `branches`: summaries prepared in the background, per branch;
+- `recalled`: the recall block its current question got, so the requests of
+  the same turn (tool results) repeat it verbatim.
+
+Sessions are bounded together, by roughly the bytes they hold, and dropped
+least recently used first. `forget(key)` drops one at once: after it,
+nothing of the conversation remains in this object.
+
+A branch is named by the snapshot its next turn extends (the one its last
+turn stored). Two conversations that share a derived id but diverge each
+continue their own branch, so one's preparation never replaces the other's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+from cachetools import LRUCache
+
+from ..fastpath.known import Known
+from ..store import ConvKey
+
+# Bytes all sessions may hold (their remembered requests dominate).
+SESSION_BYTES = 64 * 1024 * 1024
+# Fingerprints of conversations without an id that lead back to their session.
+OPENINGS = 16_384
+# Branches a session keeps prepared summaries for; the oldest go first.
+BRANCHES = 4
+# A session's own bookkeeping, counted on top of what it holds.
+OVERHEAD = 200
+
+
+@dataclass(slots=True, eq=False)
+class Branch:
+    """Summaries prepared for one branch of a conversation.
+
+    `stretch` is the stretch between reductions a preparation was started
+    for (one per stretch is enough: the turn crossing the trigger finds it).
+    `texts` are the prepared summaries by their request's content key.
+    `at` is the head of the snapshot it is kept under (None: not kept yet).
+    """
+
+    stretch: tuple[int, int] | None = None
+    texts: dict[str, str] = field(default_factory=dict)
+    at: str | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Recalled:
+    """The recall block a question got: its digest, the block, and how many hits it quotes."""
+
+    question: bytes
+    block: str
+    hits: int
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    known: Known | None = None
+    branches: dict[str, Branch] = field(default_factory=dict)
+    recalled: Recalled | None = None
+    openings: set[Hashable] = field(default_factory=set)
+
+    @property
+    def weight(self) -> int:
+        held = self.known.weight if self.known is not None else 0
+        held += sum(len(t) for b in self.branches.values() for t in b.texts.values())
+        held += len(self.recalled.block) if self.recalled is not None else 0
+        return OVERHEAD + held
+
+
+class _Bounded(LRUCache[ConvKey, Session]):
+    """An LRU of sessions by weight that unlinks a session's openings when it is evicted."""
+
+    def __init__(self, maxsize: int, openings: LRUCache[Hashable, ConvKey]) -> None:
+        super().__init__(maxsize, getsizeof=_weight)
+        self._openings = openings
+
+    def popitem(self) -> tuple[ConvKey, Session]:
+        key, session = super().popitem()
+        _unlink(self._openings, key, session.openings)
+        return key, session
+
+
+def _weight(session: Session) -> int:
+    return session.weight
+
+
+def _unlink(openings: LRUCache[Hashable, ConvKey], key: ConvKey, marks: Iterable[Hashable]) -> None:
+    for mark in marks:
+        if openings.get(mark) == key:
+            del openings[mark]
+
+
+class Sessions:
+    """Every conversation's `Session`, bounded by `max_bytes`, with one `forget`."""
+
+    def __init__(self, max_bytes: int = SESSION_BYTES, max_openings: int = OPENINGS) -> None:
+        self._openings: LRUCache[Hashable, ConvKey] = LRUCache(max_openings)
+        self._sessions = _Bounded(max_bytes, self._openings)
+
+    def __contains__(self, key: ConvKey) -> bool:
+        return key in self._sessions
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, key: ConvKey) -> Session | None:
+        return self._sessions.get(key)
+
+    def known(self, key: ConvKey) -> Known | None:
+        session = self._sessions.get(key)
+        return session.known if session is not None else None
+
+    def opened_by(self, fingerprint: Hashable) -> ConvKey | None:
+        """The conversation whose last request began with these bytes (no id needed)."""
+        return self._openings.get(fingerprint)
+
+    def remember(self, key: ConvKey, known: Known, fingerprints: Iterable[Hashable] = ()) -> None:
+        """Keep `known` as the conversation's last request, findable by its `fingerprints`."""
+        session = self._sessions.get(key) or Session()
+        session.known = known
+        for fingerprint in fingerprints:
+            self._openings[fingerprint] = key
+            session.openings.add(fingerprint)
+        self._store(key, session)
+
+    def branch(self, key: ConvKey, extends: str) -> Branch:
+        """The branch whose next turn extends the snapshot with head `extends` (new if none)."""
+        session = self._sessions.get(key)
+        found = session.branches.get(extends) if session is not None else None
+        return found if found is not None else Branch()
+
+    def advance(self, key: ConvKey, branch: Branch, head: str) -> None:
+        """A turn of `branch` stored the snapshot `head`: the branch's next turn extends it."""
+        if branch.stretch is None and not branch.texts:
+            return
+        session = self._sessions.get(key) or Session()
+        if branch.at is not None and session.branches.get(branch.at) is branch:
+            del session.branches[branch.at]
+        branch.at = head
+        session.branches[head] = branch
+        while len(session.branches) > BRANCHES:
+            del session.branches[next(iter(session.branches))]
+        self._store(key, session)
+
+    def prepared(self, key: ConvKey, branch: Branch, texts: dict[str, str]) -> None:
+        """A background preparation for `branch` finished: its texts replace the branch's."""
+        branch.texts = texts
+        session = self._sessions.get(key)
+        if session is not None and any(b is branch for b in session.branches.values()):
+            self._store(key, session)  # its weight changed
+
+    def recall(self, key: ConvKey) -> Recalled | None:
+        session = self._sessions.get(key)
+        return session.recalled if session is not None else None
+
+    def recalled(self, key: ConvKey, recalled: Recalled) -> None:
+        session = self._sessions.get(key) or Session()
+        session.recalled = recalled
+        self._store(key, session)
+
+    def forget(self, key: ConvKey) -> None:
+        """Drop everything this process keeps of the conversation."""
+        session = self._sessions.pop(key, None)
+        if session is not None:
+            _unlink(self._openings, key, session.openings)
+
+    def holds(self, key: ConvKey) -> bool:
+        """Whether anything of the conversation is kept here (its session or an opening)."""
+        return key in self._sessions or key in set(self._openings.values())
+
+    def _store(self, key: ConvKey, session: Session) -> None:
+        if session.weight <= self._sessions.maxsize:
+            self._sessions[key] = session  # (re)computes its weight

@@ -1,0 +1,238 @@
+"""A conversation's in-process state has one home: bounded, forgotten at once, kept per branch."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.testclient import TestClient
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.context import AppContext
+from proxy.conversation import tenant_of
+from proxy.fastpath.known import Known
+from proxy.store import ConvKey, SqliteStore
+from proxy.turn.sessions import OVERHEAD, Branch, Recalled, Sessions
+
+from .factories import system, user
+from .fake_upstream import FakeUpstream, create_fake_upstream
+
+CHAT = "/v1/chat/completions"
+KEY = "sk-sessions"
+TENANT = tenant_of(KEY)
+WINDOW = 1500
+
+
+def known(size: int) -> Known:
+    return Known((), size, b"", (), (), "m", ())
+
+
+# -- Sessions alone ---------------------------------------------------------------------------
+
+KEYS = [ConvKey("t", f"c{i}") for i in range(5)]
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["remember", "recalled", "advance", "forget"]),
+        st.sampled_from(KEYS),
+        st.integers(0, 3),
+        st.integers(0, 3000),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_sessions_stay_bounded_and_forget_leaves_nothing(steps: list[Any]) -> None:
+    sessions = Sessions(max_bytes=8000, max_openings=6)
+    for op, key, n, size in steps:
+        if op == "remember":
+            sessions.remember(key, known(size), [(key.conversation, n)])
+        elif op == "recalled":
+            sessions.recalled(key, Recalled(b"q", "x" * size, n))
+        elif op == "advance":
+            branch = sessions.branch(key, f"head{n}")
+            branch.stretch = (n, 0)
+            sessions.advance(key, branch, f"head{n + 1}")
+            sessions.prepared(key, branch, {"span": "s" * size})
+        else:
+            sessions.forget(key)
+            assert not sessions.holds(key)
+        held = [s for k in KEYS if (s := sessions.get(k)) is not None]
+        assert sum(s.weight for s in held) <= 8000
+        for k in KEYS:
+            session = sessions.get(k)
+            for mark in session.openings if session is not None else ():
+                assert sessions.opened_by(mark) in (k, None)
+        # Every opening leads to a session that is still held.
+        for k in KEYS:
+            for n2 in range(4):
+                found = sessions.opened_by((k.conversation, n2))
+                assert found is None or found in sessions
+
+
+def test_a_branch_follows_its_turns_and_the_oldest_branches_go() -> None:
+    sessions = Sessions()
+    key = KEYS[0]
+    first = sessions.branch(key, "h1")
+    assert sessions.branch(key, "h1") is not first, "an unkept branch is not remembered"
+    first.stretch = (4, 0)
+    sessions.advance(key, first, "h2")
+    assert sessions.branch(key, "h2") is first
+    sessions.advance(key, first, "h3")
+    assert sessions.branch(key, "h3") is first and sessions.branch(key, "h2") is not first
+    others = []
+    for i in range(4):
+        branch = Branch(stretch=(i, 0))
+        sessions.advance(key, branch, f"other{i}")
+        others.append(branch)
+    assert sessions.branch(key, "h3") is not first, "the oldest of five branches went"
+    assert all(sessions.branch(key, f"other{i}") is b for i, b in enumerate(others))
+
+
+def test_weight_counts_what_a_session_holds() -> None:
+    sessions = Sessions()
+    key = KEYS[0]
+    sessions.remember(key, known(1000))
+    sessions.recalled(key, Recalled(b"q", "r" * 300, 1))
+    branch = Branch(stretch=(1, 0))
+    sessions.advance(key, branch, "h")
+    sessions.prepared(key, branch, {"k": "s" * 50})
+    session = sessions.get(key)
+    assert session is not None and session.weight == OVERHEAD + 1000 + 300 + 50
+
+
+# -- Through the app ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def proxy(tmp_path: Path, name: str, **env: str) -> Iterator[tuple[TestClient, FakeUpstream]]:
+    upstream = create_fake_upstream()
+    config = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
+            "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": "adm",
+            "CONTEXT_PROXY_REDUCTION_STRATEGY": "summarize",
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
+        },
+        overrides={"models": {"windows": {"tiny": WINDOW}}},
+    )
+    store = SqliteStore(str(tmp_path / f"{name}.db"))
+    app = create_app(config, transport=httpx.ASGITransport(upstream.app), store=store)
+    with TestClient(app) as client:
+        yield client, upstream
+
+
+def ctx_of(client: TestClient) -> AppContext:
+    ctx: AppContext = client.app_state["ctx"]
+    return ctx
+
+
+def settle(client: TestClient) -> None:
+    """Wait until the turns' background work (preparations, embeddings) is done."""
+    ctx = ctx_of(client)
+    for _ in range(500):
+        if not len(ctx.background):
+            return
+        time.sleep(0.01)
+    raise AssertionError("background work did not finish")
+
+
+def talker(client: TestClient, first: str, conversation: str | None) -> Callable[[str], None]:
+    history: list[Any] = [system("You plan trips."), user(first)]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    if conversation is not None:
+        headers["X-Conversation-Id"] = conversation
+
+    def say(text: str) -> None:
+        if len(history) > 2:
+            history.append(user(text))
+        r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+        assert r.status_code == 200, r.text
+        history.append(r.json()["choices"][0]["message"])
+        settle(client)
+
+    return say
+
+
+def line(who: str, i: int) -> str:
+    return f"{who} asks about day {i}: museums, parks and a long dinner in district {i}."
+
+
+def test_two_conversations_sharing_a_derived_id_summarise_as_if_apart(tmp_path: Path) -> None:
+    """Both begin alike, so their id is the same; each then goes its own way."""
+    turns = 40
+    apart = 0
+    for who in ("ann", "bob"):
+        with proxy(tmp_path, who) as (client, upstream):
+            say = talker(client, "Where should we go?", None)
+            for i in range(turns):
+                say(line(who, i))
+            apart += len(upstream.summary_requests())
+    with proxy(tmp_path, "together") as (client, upstream):
+        ann = talker(client, "Where should we go?", None)
+        bob = talker(client, "Where should we go?", None)
+        for i in range(turns):
+            ann(line("ann", i))
+            bob(line("bob", i))
+        together = len(upstream.summary_requests())
+        waits = client.get("/metrics").text
+    assert apart >= 4, "the conversations are long enough to be summarised"
+    assert together <= apart
+    assert "context_proxy_summary_waits_total 0.0" in waits
+
+
+def count(db: Path, table: str) -> int:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        found: int = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    return found
+
+
+TABLES = ("conversations", "messages", "snapshots", "working", "message_search", "message_vectors")
+
+
+def test_delete_leaves_nothing_of_the_conversation_in_the_process_or_the_store(
+    tmp_path: Path,
+) -> None:
+    key = ConvKey(TENANT, "trip")
+    env = {"recall_enabled": "true", "recall_method": "embeddings"}
+    with proxy(tmp_path, "deleted", **env) as (client, _):
+        ctx = ctx_of(client)
+        say = talker(client, "Where should we go?", "trip")
+        for i in range(40):
+            say(line("ann", i))
+        say("What did I ask about day 3 and its museums?")
+        session = ctx.sessions.get(key)
+        assert session is not None and session.known is not None
+        assert session.recalled is not None and session.branches, "state to forget"
+        db = tmp_path / "deleted.db"
+        before = {table: count(db, table) for table in TABLES}
+        # Working rows are written only where the chain does not describe them.
+        assert all(n for table, n in before.items() if table != "working"), before
+
+        r = client.delete(
+            "/admin/conversations/trip",
+            params={"tenant": TENANT},
+            headers={"Authorization": "Bearer adm"},
+        )
+
+        assert r.status_code == 200, r.text
+        assert not ctx.sessions.holds(key) and not ctx.background.holds(key)
+        assert isinstance(ctx.store, SqliteStore) and ctx.store.remembers(key) is False
+        assert {table: count(db, table) for table in TABLES} == dict.fromkeys(TABLES, 0)
+        assert (
+            client.get(
+                "/admin/conversations/trip",
+                params={"tenant": TENANT},
+                headers={"Authorization": "Bearer adm"},
+            ).status_code
+            == 404
+        )
