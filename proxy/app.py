@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from . import transports
 from .config import Settings
 from .context import AppContext
 from .conversation import tenant_of
@@ -152,6 +153,9 @@ async def passthrough(request: Request) -> Response:
         upstream_url(ctx.settings.upstream.base_url, request.url.path, request.url.query),
         headers=headers,
         content=request.stream() if has_body else None,
+        # The body is not parsed, so whether the answer streams is unknown: the
+        # transport that relays event streams well takes them all.
+        extensions={transports.EVENTS: True},
     )
     try:
         response = await ctx.client.send(upstream_request, stream=True)

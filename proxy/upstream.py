@@ -54,9 +54,15 @@ class UpstreamClient(httpx.AsyncClient):
     """
 
     def __init__(
-        self, *, events_transport: httpx.AsyncBaseTransport | None = None, **options: Any
+        self,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        events_transport: httpx.AsyncBaseTransport | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(**options)
+        super().__init__(transport=transport, **options)
+        # The transport `send` talks to directly; without one, httpx's own path is taken.
+        self._direct = transport
         # Requests marked `transports.EVENTS` go through this one (see transports/).
         self._events = events_transport
         self._no_cookies = _NoCookies()
@@ -80,7 +86,8 @@ class UpstreamClient(httpx.AsyncClient):
         a request. A call that asks for auth or redirects takes httpx's path.
         """
         if (
-            auth is not httpx.USE_CLIENT_DEFAULT
+            self._direct is None
+            or auth is not httpx.USE_CLIENT_DEFAULT
             or follow_redirects is not httpx.USE_CLIENT_DEFAULT
             or self.auth is not None
             or self.follow_redirects
@@ -95,7 +102,7 @@ class UpstreamClient(httpx.AsyncClient):
         if self._events is not None and request.extensions.get(transports.EVENTS):
             transport = self._events
         else:
-            transport = self._transport_for_url(request.url)
+            transport = self._direct
         response = await transport.handle_async_request(request)
         response.request = request
         if not stream:
@@ -163,7 +170,7 @@ def create_client(
         keepalive_expiry=settings.keepalive_s,
     )
     events = None
-    if transport is None:  # httpcore's pool checks every idle socket per request: see transports/
+    if transport is None:
         transport, events = transports.create(settings.transport, limits, timeout)
     return UpstreamClient(
         timeout=timeout,

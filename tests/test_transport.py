@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import respx
 from starlette.applications import Starlette
@@ -109,12 +110,12 @@ def kind(request: pytest.FixtureRequest) -> str:
 def client(kind: str, **limits: float) -> UpstreamClient:
     settings = UpstreamSettings(transport=kind, **limits)  # type: ignore[arg-type]
     made = create_client(settings)
-    assert isinstance(made._transport, KINDS[kind])
+    assert isinstance(made._direct, KINDS[kind])
     return made
 
 
 @pytest.mark.asyncio
-async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str, kind: str) -> None:
+async def test_a_json_answer_reads_whole_or_relays_raw(server: str, kind: str) -> None:
     async with client(kind) as http:
         request = http.post_request(
             httpx.URL(server + "/answer"), b"{}", {"content-type": "application/json"}
@@ -123,11 +124,14 @@ async def test_a_json_answer_is_read_whole_and_still_relays_raw(server: str, kin
         assert response.status_code == 200
         assert response.request is request
         assert response.headers["x-request-id"] == "r1"
-        assert response.json()["path"] == "/answer"  # read already
-        assert await response.aread() == response.content
-        raw = b"".join([chunk async for chunk in response.aiter_raw()])
-        assert raw == response.content
+        content = await response.aread()
+        assert response.json()["path"] == "/answer"
         await response.aclose()
+        again = http.post_request(httpx.URL(server + "/answer"), b"{}", {})
+        relayed = await http.send(again, stream=True)
+        raw = b"".join([chunk async for chunk in relayed.aiter_raw()])
+        assert orjson.loads(raw)["path"] == orjson.loads(content)["path"] == "/answer"
+        await relayed.aclose()
         # Sequential requests reuse the one pooled connection.
         ports = {response.json()["port"]}
         for _ in range(5):
@@ -161,6 +165,33 @@ async def test_event_streams_take_aiohttp_by_default(
     async with client("aiohttp") as http:
         await http.send(http.post_request(url, b"{}", {}, events=True))
     assert took[2:] == ["aiohttp"]
+
+
+def test_pass_through_routes_take_the_event_stream_transport(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass-through answer may be a stream (its body is not parsed): it goes as streams go."""
+    from starlette.testclient import TestClient
+
+    from proxy.app import create_app
+    from proxy.config import load_settings
+
+    took: list[str] = []
+    for name, cls in KINDS.items():
+        real = cls.handle_async_request
+
+        async def spy(self: Any, request: httpx.Request, real: Any = real, name: str = name) -> Any:
+            took.append(name)
+            return await real(self, request)
+
+        monkeypatch.setattr(cls, "handle_async_request", spy)
+    settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": server})
+    with TestClient(create_app(settings)) as proxy:
+        streamed = proxy.get("/v1/events", headers={"authorization": "Bearer sk-p"})
+        answered = proxy.post("/v1/answer", json={}, headers={"authorization": "Bearer sk-p"})
+    assert streamed.status_code == answered.status_code == 200
+    assert answered.json()["path"] == "/answer"
+    assert took == ["aiohttp", "aiohttp"]
 
 
 @pytest.mark.asyncio

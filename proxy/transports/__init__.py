@@ -52,19 +52,16 @@ def whole(
     request: httpx.Request,
     encoded: bool,
 ) -> httpx.Response:
-    """An answer read whole, still readable raw (the relays' `aiter_raw`) and already read.
+    """An answer read whole from the wire, handed over as a one-chunk stream.
 
-    `aread` on it would walk httpx's async chunk pipeline for one chunk, about
-    15 us; httpx keeps read content in `_content`, so it is set here, but only
-    when that content is what `aread` would decode it to (`encoded`: the
-    answer has a Content-Encoding, which `aread` undoes).
+    It reads like any streamed answer (`aread`, or the relays' `aiter_raw`),
+    so callers need not know the transport read it early. `encoded` is
+    unused: `aread` undoes a Content-Encoding as it does for any answer.
     """
-    answer = httpx.Response(
+    del encoded
+    return httpx.Response(
         status, headers=headers, stream=httpx.ByteStream(content), request=request
     )
-    if not encoded:
-        answer._content = content
-    return answer
 
 
 def request_headers(request: httpx.Request, dropped: frozenset[bytes]) -> list[tuple[str, str]]:
@@ -93,11 +90,11 @@ def create(
 ) -> tuple[httpx.AsyncBaseTransport | None, httpx.AsyncBaseTransport | None]:
     """The transports `upstream.transport` names: for every request, and for event streams.
 
-    None for the first is httpx's own; None for the second, the first.
+    None for the second means the first.
     Each has a pool of `limits.max_connections`.
     """
     if kind == "httpx":
-        return None, None
+        return httpx.AsyncHTTPTransport(limits=limits), None
     from .over_aiohttp import AiohttpTransport
 
     if kind == "aiohttp":
