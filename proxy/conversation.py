@@ -21,7 +21,8 @@ from typing import Any
 
 from .errors import ProxyError
 from .messages import Message, canonical, chain_hashes, split_leading
-from .reduction.types import ReductionState, SummaryBlock, Working
+from .reduction.types import ReductionState, Working
+from .turn.state import SnapshotState
 
 MAX_ID_LENGTH = 200
 _ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -77,28 +78,10 @@ class Turn:
     parent: str
     head: str
     position: int
-    prior: Mapping[str, Any]
+    prior: SnapshotState
     continued: bool
     # Chain hashes of every message of `history`, when known (full-history mode).
     hashes: tuple[str, ...] = ()
-
-
-def state_to_json(state: ReductionState) -> dict[str, Any]:
-    return {
-        "tail_start": state.tail_start,
-        "summaries": [[b.text, b.covers] for b in state.summaries],
-        "extra": dict(state.extra),
-    }
-
-
-def state_from_json(data: Any) -> ReductionState:
-    if not isinstance(data, dict):
-        return ReductionState()
-    return ReductionState(
-        tail_start=int(data.get("tail_start", 0)),
-        summaries=tuple(SummaryBlock(str(t), int(c)) for t, c in data.get("summaries", [])),
-        extra=dict(data.get("extra") or {}),
-    )
 
 
 def reconcile_full(
@@ -111,8 +94,9 @@ def reconcile_full(
     leading, body = split_leading(incoming)
     state = ReductionState()
     continued = False
-    if position is not None and prior is not None and prior.get("leading") == len(leading):
-        candidate = state_from_json(prior.get("reduction"))
+    stored = SnapshotState.from_json(prior) if prior is not None else None
+    if position is not None and stored is not None and stored.leading == len(leading):
+        candidate = stored.reduction
         covered = max((b.covers for b in candidate.summaries), default=0)
         # A stored window is usable only if everything it replaces lies inside
         # the prefix the client provably still sends.
@@ -127,7 +111,7 @@ def reconcile_full(
         parent=hashes[p - 1] if p > 0 else "",
         head=hashes[-1] if hashes else "",
         position=len(incoming),
-        prior=prior if continued and prior is not None else {},
+        prior=stored if continued and stored is not None else SnapshotState(),
         continued=continued,
         hashes=tuple(hashes),
     )
@@ -142,11 +126,11 @@ def reconcile_append(
     """The client sent only new messages; the stored working history supplies the rest."""
     if not new:
         raise ProxyError(400, "Append mode needs at least one new message.", param="messages")
-    n_leading = int(prior.get("leading", 0))
-    leading = tuple(stored_working[:n_leading])
-    tail = tuple(stored_working[n_leading:]) + tuple(new)
-    state = state_from_json(prior.get("reduction"))
-    parent = str(prior.get("answer_hash", ""))
+    stored = SnapshotState.from_json(prior) or SnapshotState()
+    leading = tuple(stored_working[: stored.leading])
+    tail = tuple(stored_working[stored.leading :]) + tuple(new)
+    state = stored.reduction
+    parent = stored.answer_hash
     hashes = chain_hashes(new, parent)
     summary = [{"role": "system", "content": b.text} for b in state.summaries]
     return Turn(
@@ -157,32 +141,6 @@ def reconcile_append(
         parent=parent,
         head=hashes[-1],
         position=stored_position + len(new),
-        prior=prior,
+        prior=stored,
         continued=True,
     )
-
-
-def accumulate_stats(
-    prior: Mapping[str, Any],
-    *,
-    kinds: Sequence[str],
-    tokens_in: int,
-    tokens_out: int,
-    summaries_made: int,
-    summarizer_tokens: int,
-) -> dict[str, Any]:
-    """Per-conversation reduction analytics (the cache-aware seed's future enhancement)."""
-    old = prior.get("stats") if isinstance(prior.get("stats"), dict) else {}
-    assert isinstance(old, dict)
-    by_kind = dict(old.get("reductions", {}))
-    for kind in kinds:
-        by_kind[kind] = by_kind.get(kind, 0) + 1
-    return {
-        "turns": old.get("turns", 0) + 1,
-        "reductions": by_kind,
-        "summaries_made": old.get("summaries_made", 0) + summaries_made,
-        "summaries_reused": old.get("summaries_reused", 0) + (1 if "reused" in kinds else 0),
-        "tokens_in": old.get("tokens_in", 0) + tokens_in,
-        "tokens_out": old.get("tokens_out", 0) + tokens_out,
-        "summarizer_tokens": old.get("summarizer_tokens", 0) + summarizer_tokens,
-    }

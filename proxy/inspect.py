@@ -22,6 +22,7 @@ from rich.text import Text
 
 from .conversation import tenant_of
 from .messages import role, text_of, tool_calls
+from .turn.state import SnapshotState
 
 PREVIEW_CHARS = 160
 
@@ -110,10 +111,8 @@ def messages_table(title: str, messages: list[dict[str, Any]]) -> Table:
 
 
 def render(console: Console, data: dict[str, Any]) -> None:
-    state = data.get("state") or {}
-    stats = state.get("stats") or {}
-    reduction = state.get("reduction") or {}
-    summaries = reduction.get("summaries") or []
+    state = SnapshotState.from_json(data.get("state")) or SnapshotState()
+    stats, reduction = state.stats, state.reduction
     head = Table.grid(padding=(0, 2))
     head.add_row("conversation", str(data.get("id")))
     head.add_row("tenant", str(data.get("tenant")))
@@ -122,25 +121,24 @@ def render(console: Console, data: dict[str, Any]) -> None:
         "messages",
         f"{len(data.get('archive') or [])} archived, {len(data.get('working') or [])} working",
     )
-    saved = 1 - stats.get("tokens_out", 0) / max(1, stats.get("tokens_in", 0))
+    saved = 1 - stats.tokens_out / max(1, stats.tokens_in)
     head.add_row(
         "tokens",
-        f"{stats.get('tokens_in', 0):,} sent by the app, {stats.get('tokens_out', 0):,} "
-        f"forwarded ({saved:.0%} saved), {stats.get('summarizer_tokens', 0):,} for summaries",
+        f"{stats.tokens_in:,} sent by the app, {stats.tokens_out:,} "
+        f"forwarded ({saved:.0%} saved), {stats.summarizer_tokens:,} for summaries",
     )
     head.add_row(
         "summaries",
-        f"{stats.get('summaries_made', 0)} made, "
-        f"reused on {stats.get('summaries_reused', 0)} turns",
+        f"{stats.summaries_made} made, reused on {stats.summaries_reused} turns",
     )
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted((stats.get("reductions") or {}).items()))
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.reductions.items()))
     head.add_row("reductions", kinds or "-")
-    head.add_row("verbatim from", f"body message {reduction.get('tail_start', 0)}")
+    head.add_row("verbatim from", f"body message {reduction.tail_start}")
     console.print(Panel(head, title="context-proxy conversation", expand=False))
-    if summaries:
+    if reduction.summaries:
         parts = [
-            Panel(str(text), title=f"summary {i} (covers body messages 0..{covers})")
-            for i, (text, covers) in enumerate(summaries, 1)
+            Panel(block.text, title=f"summary {i} (covers body messages 0..{block.covers})")
+            for i, block in enumerate(reduction.summaries, 1)
         ]
         console.print(Group(*parts))
     else:

@@ -13,6 +13,7 @@ from . import conversation as conv
 from .messages import Message, message_hash
 from .reduction.types import Reduction
 from .store import ArchiveEntry, Conversation, ConvKey, Snapshot, TurnCommit, WorkingLayout
+from .turn.state import SnapshotState
 
 if TYPE_CHECKING:
     from .turn.sessions import Branch
@@ -60,19 +61,18 @@ def turn_commit(outcome: Outcome, answer: Message, now: float) -> TurnCommit:
     entries.append(ArchiveEntry(answer_hash, turn.head, answer))
     evicted = reduction.state.tail_start - turn.working.state.tail_start
     working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], answer]
-    state = {
-        "leading": len(turn.working.leading),
-        "reduction": conv.state_to_json(reduction.state),
-        "answer_hash": answer_hash,
-        "stats": conv.accumulate_stats(
-            turn.prior,
+    state = SnapshotState(
+        leading=len(turn.working.leading),
+        reduction=reduction.state,
+        answer_hash=answer_hash,
+        stats=turn.prior.stats.add(
             kinds=reduction.kinds,
             tokens_in=outcome.tokens_in,
             tokens_out=reduction.tokens_out,
             summaries_made=outcome.summaries_made,
             summarizer_tokens=outcome.summarizer_tokens,
         ),
-    }
+    ).to_json()
     snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=now)
     layout = None
     if turn.hashes and evicted >= 0:

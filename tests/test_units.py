@@ -26,6 +26,7 @@ from proxy.tokens import (
     TokenCounter,
     encoding_name_for,
 )
+from proxy.turn.state import reduction_to_json
 
 from .factories import assistant, call, system, tool, user
 
@@ -314,7 +315,7 @@ def test_chain_hashes_diverge_at_an_edit() -> None:
 
 def _prior(tail_start: int, covers: int, leading: int = 1) -> dict[str, Any]:
     state = ReductionState(tail_start, (SummaryBlock("S", covers),))
-    return {"leading": leading, "reduction": conv.state_to_json(state)}
+    return {"leading": leading, "reduction": reduction_to_json(state)}
 
 
 def test_full_history_continues_the_matched_snapshot() -> None:
@@ -339,7 +340,7 @@ def test_append_mode_extends_the_stored_working_history() -> None:
     stored = [system(), user("q1"), assistant("a1")]
     prior = {
         "leading": 1,
-        "reduction": conv.state_to_json(ReductionState(2, (SummaryBlock("earlier", 2),))),
+        "reduction": reduction_to_json(ReductionState(2, (SummaryBlock("earlier", 2),))),
         "answer_hash": "h",
     }
     turn = conv.reconcile_append([tool("c", "x"), user("q2")], stored, prior, 9)
