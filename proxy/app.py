@@ -36,6 +36,7 @@ from .upstream import (
     create_client,
     forward_headers,
     response_headers,
+    subpath,
     transport_error,
     upstream_url,
 )
@@ -150,7 +151,11 @@ async def passthrough(request: Request) -> Response:
     )
     upstream_request = ctx.client.build_request(
         request.method,
-        upstream_url(ctx.settings.upstream.base_url, request.url.path, request.url.query),
+        upstream_url(
+            ctx.settings.upstream.base_url,
+            subpath(request.scope.get("raw_path") or request.url.path.encode()),
+            request.url.query,
+        ),
         headers=headers,
         content=request.stream() if has_body else None,
         # The body is not parsed, so whether the answer streams is unknown: the

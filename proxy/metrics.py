@@ -129,12 +129,25 @@ class RequestMetrics:
             ).inc()
 
 
+# The OpenAI API's first path segments under /v1/: a fixed set, so a client
+# cannot add time series (or its own strings) to an unauthenticated page.
+KNOWN_V1 = frozenset(
+    {
+        "assistants", "audio", "batches", "chat", "completions", "containers",
+        "conversations", "embeddings", "evals", "files", "fine_tuning", "images",
+        "messages", "models", "moderations", "organization", "realtime", "responses",
+        "threads", "uploads", "vector_stores",
+    }
+)  # fmt: skip
+
+
 def route_of(path: str) -> str:
-    """A bounded label: concrete paths would make one time series per conversation id."""
+    """A bounded label: known route families, and `other` for everything else."""
     if path == "/v1/chat/completions":
         return path
     if path.startswith("/v1/"):
-        return "/v1/" + path[4:].split("/", 1)[0]
+        first = path[4:].split("/", 1)[0]
+        return f"/v1/{first}" if first in KNOWN_V1 else "/v1/other"
     if path.startswith("/admin/"):
         return "/admin"
     return path if path in ("/healthz", "/metrics") else "other"

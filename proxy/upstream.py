@@ -8,6 +8,7 @@ network.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,7 +17,7 @@ import orjson
 
 from . import transports
 from .config import UpstreamSettings
-from .errors import UpstreamError
+from .errors import ProxyError, UpstreamError
 
 # RFC 9110 §7.6.1 connection-specific headers, plus those httpx recomputes.
 HOP_BY_HOP = frozenset(
@@ -35,6 +36,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 PROXY_PREFIXES = ("x-conversation-id", "x-context-")
+# Headers that carry a client's credential (OpenAI's, Azure's, Anthropic's).
+CREDENTIALS = frozenset({"authorization", "api-key", "x-api-key"})
 
 
 class _NoCookies(httpx.Cookies):
@@ -181,6 +184,41 @@ def create_client(
     )
 
 
+def subpath(raw_path: bytes) -> str:
+    """The client's path as sent, refused (400) where it could leave the configured base path.
+
+    Dot segments, encoded slashes, backslashes and control characters are
+    refused in every decoding of the path (clients and servers disagree on
+    how often to decode), so no form of `..` reaches the URL parser that
+    would resolve it above the base.
+    """
+    raw = text = raw_path.decode("latin-1")
+    for _ in range(4):
+        _refuse_escapes(text)
+        decoded = urllib.parse.unquote(text, encoding="latin-1")
+        if decoded == text:
+            return raw
+        if decoded.count("/") != text.count("/"):  # an encoded slash
+            raise _bad_path()
+        text = decoded
+    raise _bad_path()  # encoded over and over: nobody means that
+
+
+def _refuse_escapes(path: str) -> None:
+    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        raise _bad_path()
+    if any(segment in (".", "..") for segment in path.split("/")):
+        raise _bad_path()
+
+
+def _bad_path() -> ProxyError:
+    return ProxyError(
+        400,
+        "The path may not contain dot segments, encoded slashes or control characters.",
+        code="invalid_path",
+    )
+
+
 def upstream_url(base_url: str, path: str, query: str = "") -> str:
     """Join the configured base (which ends in /v1) with a client path under /v1/."""
     base = base_url.rstrip("/")
@@ -192,14 +230,21 @@ def upstream_url(base_url: str, path: str, query: str = "") -> str:
 def forward_headers(
     headers: Iterable[tuple[str, str]], settings: UpstreamSettings
 ) -> dict[str, str]:
-    """The client's headers minus hop-by-hop and the proxy's own, with the configured key."""
+    """The client's headers minus hop-by-hop and the proxy's own, with the configured key.
+
+    With an operator key, no credential of the client's goes upstream, under
+    whichever header it came.
+    """
     out: dict[str, str] = {}
+    replaced = bool(settings.api_key)
     for name, value in headers:
         lower = name.lower()
         if lower in HOP_BY_HOP or lower.startswith(PROXY_PREFIXES):
             continue
+        if replaced and lower in CREDENTIALS:
+            continue
         out[lower] = value
-    if settings.api_key:
+    if replaced:
         out["authorization"] = f"Bearer {settings.api_key}"
     return out
 
@@ -242,6 +287,10 @@ def bearer_token(headers: Mapping[str, str]) -> str:
     return headers.get("api-key", "").strip()
 
 
+# What of a client's forwarded headers the proxy's own calls carry: whom to bill, nothing else.
+SIDE_CALL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
+
+
 class SideCallFailed(Exception):
     """A call the proxy makes on its own behalf (summary, embeddings) failed; never the client's."""
 
@@ -256,13 +305,15 @@ async def post_json(
 ) -> Any:
     """POST `body` as JSON and return the decoded 200 answer, or raise `failure`.
 
+    Of `headers` (the client's, as forwarded) only `SIDE_CALL_HEADERS` go.
     The reason carries no body or header: it goes to logs, and keys must not.
     """
+    sent = {name: headers[name] for name in SIDE_CALL_HEADERS if name in headers}
     try:
         response = await client.post(
             url,
             content=orjson.dumps(body),
-            headers={**headers, "content-type": "application/json"},
+            headers={**sent, "content-type": "application/json"},
             timeout=timeout_s,
         )
     except httpx.HTTPError as exc:
