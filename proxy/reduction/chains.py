@@ -1,40 +1,47 @@
-"""Tool chains as indivisible units: the one place that knows which messages belong together.
+"""Tool chains as indivisible units: the one place that knows which items belong together.
 
-OpenAI rejects a request in which an assistant `tool_calls` message is not
-followed by exactly its `tool` results, so no strategy may ever choose
-single messages. The tail is grouped once into units (a plain message, or an
-assistant call together with its results) and every strategy selects whole
-units. The grouping is a small pipeline of pure list -> list passes, in the
-style of pydantic-ai's `_clean_message_history`, so each rule stays readable
-and testable on its own.
+Providers reject a request in which a tool call is not followed by exactly
+its results (OpenAI's `tool_calls` and `tool` messages, the Responses API's
+`function_call` and `function_call_output`), or in which a reasoning item
+lost the call it preceded, so no strategy may ever choose single items. The
+tail is grouped once into units (a plain item, or a call together with its
+results and the opaque items before it) and every strategy selects whole
+units. What an item is, the dialect says (`proxy.dialects`). The grouping
+is a small pipeline of pure list -> list passes, in the style of
+pydantic-ai's `_clean_message_history`, so each rule stays readable and
+testable on its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..messages import Message, role, text_of, tool_call_ids
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
+from ..messages import Message
 
-__all__ = ["Unit", "active_index", "flatten", "group", "segment_starts"]
+__all__ = ["Unit", "active_index", "answered", "flatten", "group", "segment_starts"]
 
 
 @dataclass(frozen=True, slots=True)
 class Unit:
     """Messages that are kept or dropped together.
 
-    `messages` are the messages as the client sent them (their number moves
+    `messages` are the items as the client sent them (their number moves
     `tail_start`); `forward` is what is sent upstream, which differs only
-    when repair dropped an orphan or closed an unanswered call.
+    when repair dropped an orphan or closed an unanswered call. `head` is
+    the unit's first item that is not opaque: the call, the message.
     """
 
     messages: tuple[Message, ...]
     forward: tuple[Message, ...]
     repaired: bool = False
+    dialect: Dialect = field(default=CHAT, compare=False)
 
     @staticmethod
-    def of(*messages: Message) -> Unit:
-        return Unit(messages, messages)
+    def of(*messages: Message, dialect: Dialect = CHAT) -> Unit:
+        return Unit(messages, messages, dialect=dialect)
 
     @property
     def size(self) -> int:
@@ -42,11 +49,20 @@ class Unit:
 
     @property
     def head(self) -> Message:
+        if self.dialect.opaque_items:
+            for message in self.messages:
+                if not self.dialect.travels_with_next(message):
+                    return message
         return self.messages[0]
 
     @property
     def call_ids(self) -> list[str]:
-        return tool_call_ids(self.head)
+        dialect = self.dialect
+        if not dialect.opaque_items and not dialect.separate_calls:
+            return dialect.call_ids(self.messages[0])
+        if not dialect.separate_calls or len(self.messages) == 1:
+            return dialect.call_ids(self.head)
+        return [i for m in self.messages for i in dialect.call_ids(m)]
 
     @property
     def has_tool_calls(self) -> bool:
@@ -54,50 +70,101 @@ class Unit:
 
     @property
     def opens_turn(self) -> bool:
-        return role(self.head) == "user"
+        return self.dialect.opens_turn(self.head)
+
+    @property
+    def answers(self) -> str | None:
+        """The call this unit's head answers: set only for a result that found no call."""
+        return self.dialect.answers(self.head)
 
     def starts_with(self, prefixes: Sequence[str]) -> bool:
-        text = text_of(self.head)
+        text = self.dialect.text(self.head)
         return any(text.startswith(p) for p in prefixes if p)
 
 
 Pass = Callable[[list[Unit]], list[Unit]]
 
 
-def _one_per_message(messages: Iterable[Message]) -> list[Unit]:
-    return [Unit.of(m) for m in messages]
+def _one_per_message(messages: Iterable[Message], dialect: Dialect) -> list[Unit]:
+    return [Unit((m,), (m,), False, dialect) for m in messages]
 
 
 def _attach_results(units: list[Unit]) -> list[Unit]:
     """Fold each tool result into the call right before it, once per call id.
 
-    A result separated from its call by another message, a duplicate, or one
+    A result separated from its call by another item, a duplicate, or one
     whose id the call never issued stays a unit of its own: an orphan that
     repair drops.
     """
     out: list[Unit] = []
     for unit in units:
         prev = out[-1] if out else None
+        answers = unit.dialect.answers(unit.messages[0]) if unit.size == 1 else None
         if (
             prev is not None
-            and role(unit.head) == "tool"
-            and prev.has_tool_calls
-            and str(unit.head.get("tool_call_id", "")) in prev.call_ids
-            and unit.head.get("tool_call_id") not in _answered(prev)
+            and answers is not None
+            and answers in prev.call_ids
+            and answers not in answered(prev.messages, prev.dialect)
         ):
-            out[-1] = Unit.of(*prev.messages, unit.head)
+            out[-1] = Unit.of(*prev.messages, unit.messages[0], dialect=prev.dialect)
         else:
             out.append(unit)
     return out
 
 
-def _answered(unit: Unit) -> set[object]:
-    return {m.get("tool_call_id") for m in unit.messages[1:]}
+def _merge_calls(units: list[Unit]) -> list[Unit]:
+    """Calls made together, sent as items of their own, become one call unit (their results
+    follow them all)."""
+    out: list[Unit] = []
+    for unit in units:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and unit.has_tool_calls
+            and prev.has_tool_calls
+            and not answered(prev.messages, prev.dialect)
+        ):
+            out[-1] = Unit.of(*prev.messages, *unit.messages, dialect=prev.dialect)
+        else:
+            out.append(unit)
+    return out
 
 
-def group(messages: Sequence[Message], passes: Sequence[Pass] = ()) -> tuple[Unit, ...]:
-    """Group messages into units, then run extra passes (e.g. repair) over them."""
-    units = _attach_results(_one_per_message(messages))
+def _attach_opaque(units: list[Unit]) -> list[Unit]:
+    """Put each opaque item (reasoning, thinking) in the unit of the item that follows it.
+
+    One left at the very end stays a unit of its own.
+    """
+    out: list[Unit] = []
+    pending: list[Message] = []
+    for unit in units:
+        if unit.size == 1 and unit.dialect.travels_with_next(unit.head):
+            pending.append(unit.head)
+            continue
+        if pending:
+            unit = Unit.of(*pending, *unit.messages, dialect=unit.dialect)
+            pending = []
+        out.append(unit)
+    if pending:
+        out.append(Unit.of(*pending, dialect=units[-1].dialect))
+    return out
+
+
+def answered(messages: Iterable[Message], dialect: Dialect) -> set[str]:
+    """The call ids the results among `messages` answer."""
+    return {a for m in messages if (a := dialect.answers(m)) is not None}
+
+
+def group(
+    messages: Sequence[Message], passes: Sequence[Pass] = (), dialect: Dialect = CHAT
+) -> tuple[Unit, ...]:
+    """Group items into units, then run extra passes (e.g. repair) over them."""
+    units = _one_per_message(messages, dialect)
+    if dialect.separate_calls:
+        units = _merge_calls(units)
+    units = _attach_results(units)
+    if dialect.opaque_items and any(map(dialect.travels_with_next, messages)):
+        units = _attach_opaque(units)
     for step in passes:
         units = step(units)
     return tuple(units)

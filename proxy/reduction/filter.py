@@ -68,7 +68,8 @@ def _stored(ctx: Context) -> list[_Item]:
         start, pinned, segment, messages = entry
         if isinstance(start, int) and start < ctx.state.tail_start and isinstance(messages, list):
             forward: tuple[Message, ...] = tuple(m for m in messages if isinstance(m, dict))
-            items.append(_Item(start, bool(pinned), int(segment), Unit.of(*forward)))
+            unit = Unit.of(*forward, dialect=ctx.policy.dialect)
+            items.append(_Item(start, bool(pinned), int(segment), unit))
     return sorted(items, key=lambda i: i.start)
 
 
@@ -164,7 +165,9 @@ def _forward(
     kinds: set[str],
     reason: str,
 ) -> Reduction:
-    pieces = [Unit((), i.unit.forward) for i in stored] + [i.unit for i in tail]
+    pieces = [Unit((), i.unit.forward, dialect=i.unit.dialect) for i in stored] + [
+        i.unit for i in tail
+    ]
     first_active = len(stored) + max(0, ctx.active - cut)
     return finish(
         ctx,

@@ -12,7 +12,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Message, role, system_message
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
+from ..messages import Message
 from ..tokens import REPLY_PRIMING
 from .chains import Unit, active_index
 from .tail import Tail, grouped_tail, key_extend, key_start
@@ -33,11 +35,11 @@ from .types import (
 SUMMARY_HEADER = "Summary of the earlier conversation:"
 
 
-def summary_message(blocks: Sequence[SummaryBlock]) -> Message | None:
-    """All blocks in one system message: the design allows one, after the leading block."""
+def summary_message(blocks: Sequence[SummaryBlock], dialect: Dialect = CHAT) -> Message | None:
+    """All blocks in one item, the dialect's summary, right after the leading instructions."""
     if not blocks:
         return None
-    return system_message("\n\n".join([SUMMARY_HEADER, *(b.text for b in blocks)]))
+    return dialect.summary("\n\n".join([SUMMARY_HEADER, *(b.text for b in blocks)]))
 
 
 def summary_key(previous: Sequence[str], messages: Sequence[Message]) -> str:
@@ -66,7 +68,7 @@ class Context:
         summaries: Mapping[str, str],
         memo: Tail | None = None,
     ) -> Context:
-        tail = grouped_tail(working.tail, count, policy.repair_tool_chains, memo)
+        tail = grouped_tail(working.tail, count, policy.repair_tool_chains, memo, policy.dialect)
         return Context(working, policy, budget, count, summaries, tail, active_index(tail.units))
 
     @property
@@ -93,7 +95,7 @@ class Context:
         return sum(self.count(m) for m in messages)
 
     def head(self, blocks: Sequence[SummaryBlock]) -> list[Message]:
-        summary = summary_message(blocks)
+        summary = summary_message(blocks, self.policy.dialect)
         return [*self.working.leading, *([summary] if summary else [])]
 
     def messages_in(self, units: Iterable[Unit]) -> int:
@@ -280,7 +282,8 @@ def _last_resort(
     ctx: Context, out: list[Message], movable: list[int], head_len: int, total: int
 ) -> tuple[list[Message], int]:
     budget = ctx.budget
-    user_at = max((i for i in movable if role(out[i]) == "user"), default=-1)
+    opens_turn = ctx.policy.dialect.opens_turn
+    user_at = max((i for i in movable if opens_turn(out[i])), default=-1)
     older = [i for i in movable if i != user_at]
     out, _ = truncate_to_fit(out, older, total - budget.limit, ctx.count)
     total = ctx.tokens(out)

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..messages import Message, role
-from .chains import Unit, flatten, group
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
+from ..messages import Message
+from .chains import Unit, answered, flatten, group
 
 PLACEHOLDER = "[no result: the client did not send this tool result]"
 
 
 def drop_orphans(units: list[Unit]) -> list[Unit]:
-    """A tool message that did not attach to a call has no call to answer: forward nothing."""
-    return [
-        Unit(u.messages, (), True) if role(u.head) == "tool" and u.forward else u for u in units
-    ]
+    """A result that did not attach to a call has no call to answer: forward nothing."""
+    return [Unit(u.messages, (), True, u.dialect) if _orphan(u) else u for u in units]
+
+
+def _orphan(unit: Unit) -> bool:
+    # Results that found their call were folded into its unit: one left alone is an orphan.
+    head = unit.messages[0] if unit.size == 1 else unit.head
+    return bool(unit.forward) and unit.dialect.answers(head) is not None
 
 
 def close_dangling(units: list[Unit]) -> list[Unit]:
@@ -31,24 +37,22 @@ def close_dangling(units: list[Unit]) -> list[Unit]:
         if not calls:
             out.append(unit)
             continue
-        answered = {m.get("tool_call_id") for m in unit.forward[1:]}
-        missing = [i for i in dict.fromkeys(calls) if i not in answered]
+        done = answered(unit.forward, unit.dialect)
+        missing = [i for i in dict.fromkeys(calls) if i not in done]
         if not missing:
             out.append(unit)
             continue
-        placeholders = tuple(
-            {"role": "tool", "tool_call_id": call_id, "content": PLACEHOLDER} for call_id in missing
-        )
-        out.append(Unit(unit.messages, unit.forward + placeholders, True))
+        placeholders = tuple(unit.dialect.placeholder(i, PLACEHOLDER) for i in missing)
+        out.append(Unit(unit.messages, unit.forward + placeholders, True, unit.dialect))
     return out
 
 
 REPAIR_PASSES = (drop_orphans, close_dangling)
 
 
-def repair(messages: Sequence[Message]) -> list[Message]:
-    """Repair a whole message list; returns the very same list when nothing needed fixing."""
-    units = group(messages, REPAIR_PASSES)
+def repair(messages: Sequence[Message], dialect: Dialect = CHAT) -> list[Message]:
+    """Repair a whole history; returns the very same list when nothing needed fixing."""
+    units = group(messages, REPAIR_PASSES, dialect)
     if not any(u.repaired for u in units):
         return messages if isinstance(messages, list) else list(messages)
     return flatten(units)

@@ -34,10 +34,8 @@ without a request, so a working answer never turns into an error).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import replace
 from functools import partial
-from itertools import repeat
 
 from ..messages import Message
 from ..tokens import REPLY_PRIMING
@@ -79,13 +77,10 @@ def under_threshold(
         budget.target_messages + budget.threshold_messages
     ):
         return None
-    # A message at a time in C: this scan ran for every message of every turn.
-    if any(map(operator.contains, tail, repeat("tool_calls"))):
-        return None
-    if "tool" in map(dict.get, tail, repeat("role")):
+    if policy.dialect.holds_tools(tail):
         return None
     blocks = working.state.summaries
-    summary = summary_message(blocks)
+    summary = summary_message(blocks, policy.dialect)
     head = (*working.leading, summary) if summary is not None else working.leading
     total = sum(map(count, head)) + tokens_of(count, tail)
     limit = budget.limit

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
 from ..messages import Message, canonical
 from .chains import Unit, group
 from .repair import REPAIR_PASSES
@@ -123,7 +125,11 @@ def key_extend(digest: Any, messages: Iterable[Message]) -> Any:
 
 
 def grouped_tail(
-    messages: Sequence[Message], count: Counter, repair: bool, memo: Tail | None = None
+    messages: Sequence[Message],
+    count: Counter,
+    repair: bool,
+    memo: Tail | None = None,
+    dialect: Dialect = CHAT,
 ) -> Tail:
     """Group `messages`, reusing `memo` when it was built from a prefix of them.
 
@@ -138,7 +144,7 @@ def grouped_tail(
         if n <= len(messages) and messages[:n] == memo.messages:
             keep = len(memo.units) - 1
     start = memo.message_sums[keep] if memo is not None and keep else 0
-    fresh = group(messages[start:], REPAIR_PASSES if repair else ())
+    fresh = group(messages[start:], REPAIR_PASSES if repair else (), dialect)
     sizes = tuple(sum(count(m) for m in u.forward) for u in fresh)
     if memo is None or keep == 0:
         return _build(messages, fresh, sizes, repair, (0,), (0,), (0,), (), ())

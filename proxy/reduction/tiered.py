@@ -46,7 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..messages import Message, system_message
+from ..dialects import Dialect
+from ..messages import Message
 from .chains import Unit
 from .layout import Context, finish, summary_key, summary_message
 from .truncate import shrink
@@ -136,14 +137,11 @@ class _View:
     cuts: dict[int, int]
 
 
-def _note(messages: tuple[Message, ...], text: str | None) -> Unit:
+def _note(messages: tuple[Message, ...], text: str | None, dialect: Dialect) -> Unit:
     if text is None:
-        return Unit(messages, ())
-    note: Message = {
-        "role": "assistant",
-        "content": f"[summary of {len(messages)} earlier messages] {text}",
-    }
-    return Unit(messages, (note,))
+        return Unit(messages, (), dialect=dialect)
+    note = dialect.note(f"[summary of {len(messages)} earlier messages] {text}")
+    return Unit(messages, (note,), dialect=dialect)
 
 
 def _rows(extra: Mapping[str, Any], key: str, width: int) -> list[Sequence[Any]]:
@@ -175,7 +173,8 @@ def _view(ctx: Context) -> _View:
         if found and i < j and found[0] <= border:
             messages = tuple(m for u in units[i:j] for m in u.messages)
             if summary_key((), messages) == found[1]:
-                pieces.append(_Piece(_note(messages, found[2]), starts[i], True))
+                note = _note(messages, found[2], ctx.policy.dialect)
+                pieces.append(_Piece(note, starts[i], True))
                 applied.append([starts[i], found[0], found[1], found[2]])
                 i = j
                 continue
@@ -315,7 +314,7 @@ def _cut(unit: Unit, cap: int, ctx: Context) -> tuple[Unit, bool]:
         forward.append(message if smaller is None else smaller)
     if all(a is b for a, b in zip(forward, unit.forward, strict=True)):
         return unit, False
-    return Unit(unit.messages, tuple(forward), unit.repaired), True
+    return Unit(unit.messages, tuple(forward), unit.repaired, unit.dialect), True
 
 
 def _compress(topic: Topic, k: int, book: _Book, kinds: set[str], spans: list[list[Any]]) -> Topic:
@@ -325,12 +324,12 @@ def _compress(topic: Topic, k: int, book: _Book, kinds: set[str], spans: list[li
     if text is None:
         kinds.add("windowed")
     spans.append([middle[0].start, middle[-1].end, summary_key((), messages), text])
-    piece = _Piece(_note(messages, text), middle[0].start, True)
+    piece = _Piece(_note(messages, text, middle[0].unit.dialect), middle[0].start, True)
     return [topic[0], piece, *topic[1 + k :]]
 
 
 def _size(ctx: Context, blocks: Sequence[SummaryBlock]) -> int:
-    message = summary_message(blocks)
+    message = summary_message(blocks, ctx.policy.dialect)
     return ctx.count(message) if message else 0
 
 
@@ -352,7 +351,7 @@ def _fit_bulks(
                 blocks = blocks[BULK_MERGE_COUNT:]
                 kinds.add("windowed")
                 continue
-            if ctx.count(system_message(text)) < _size(ctx, group):
+            if ctx.count(ctx.policy.dialect.summary(text)) < _size(ctx, group):
                 blocks = [SummaryBlock(text, group[-1].covers), *blocks[BULK_MERGE_COUNT:]]
                 continue
         blocks = blocks[1:]

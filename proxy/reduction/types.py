@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
 from ..messages import Message
 
 if TYPE_CHECKING:
@@ -106,6 +108,8 @@ class Policy:
     # next summary in the background (`Reduction.prepare`) so the turn that crosses
     # the trigger finds it ready. 0 disables.
     prepare_ratio: float = 0.8
+    # The wire format whose items the history holds (see `proxy.dialects`).
+    dialect: Dialect = CHAT
 
 
 @dataclass(frozen=True)
