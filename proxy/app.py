@@ -176,17 +176,18 @@ async def passthrough(request: Request) -> Response:
 
 async def healthz(request: Request) -> Response:
     ctx: AppContext = request.state.ctx
+    problem = None
     try:
         await ctx.store.ping()
         store_status, status = "ok", 200
-    except StoreError:
-        store_status, status = "unreachable", 503
+    except StoreError as exc:
+        store_status, status, problem = "unreachable", 503, str(exc)
     body = {
         "status": "ok" if status == 200 else "degraded",
         "store": store_status,
         "backend": ctx.settings.store.backend,
         "tokenizer": "tiktoken" if ctx.counter.exact else "estimate",
-    }
+    } | ({"problem": problem} if problem else {})
     return Response(orjson.dumps(body), status_code=status, media_type=JSON)
 
 

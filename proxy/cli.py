@@ -168,15 +168,14 @@ def tune_gc() -> None:
     """Collect cycles less often, and never walk what the server holds from start-up.
 
     Parsing a request creates a tracked object per message, so with Python's
-    default thresholds (700, 10, 10) a turn at 1,000 messages set off about
-    one young collection, and every few hundred turns a full one walked
-    every remembered history (30 ms): 0.35-0.5 ms a turn in all, measured
-    over 216 turns in process. The parsed objects are freed by reference
-    counting, which also takes them off the count, so with these thresholds
-    mostly real cycles start a collection: one in those 216 turns (0.04 ms
-    a turn). The cost is garbage cycles kept longer: the bench's memory per
-    stored conversation read 45 KB instead of 35 (with 50,000: 78 KB). The
-    server owns its process, so this lives here, not in the app.
+    default thresholds (700, 10, 10) a turn of a long conversation sets off
+    young collections, and every so often a full one walks every remembered
+    history. The parsed objects are freed by reference counting, which also
+    takes them off the count, so with these thresholds mostly real cycles
+    start a collection. The cost is garbage cycles kept longer, so each
+    stored conversation holds a little more memory; a higher young threshold
+    would hold more still. The server owns its process, so this lives here,
+    not in the app.
     """
     gc.collect()
     gc.freeze()
@@ -190,6 +189,10 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
     from .logs import configure as configure_logs
 
     configure_logs(settings.server.log_level, settings.server.log_format)
+    problem = store_problem(settings)
+    if problem is not None:
+        print(f"context-proxy: the store cannot be used: {problem}", file=sys.stderr)
+        return 2
     options: dict[str, Any] = {
         "host": settings.server.host,
         "port": settings.server.port,
@@ -206,6 +209,27 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
         return 0
     uvicorn.run(_app(settings), **options)
     return 0
+
+
+def store_problem(settings: Settings) -> str | None:
+    """Why the configured SQLite store cannot be used, found before serving (None: it can).
+
+    Opening it runs what the server's start would (the file, its schema), so
+    a bad path is one clear line and exit 2 instead of a failed start-up.
+    """
+    if settings.store.backend != "sqlite":
+        return None
+    import asyncio
+
+    from .store import StoreError, open_store
+
+    try:
+        store = open_store("sqlite", path=settings.store.path, ttl_s=settings.store.ttl_s)
+    except StoreError as exc:
+        return str(exc)
+    problem = store.problem()
+    asyncio.run(store.close())
+    return problem
 
 
 def worker_app() -> Any:

@@ -32,7 +32,6 @@ _ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,200}$")
 class Identity:
     tenant: str
     conversation: str
-    derived: bool
 
 
 def tenant_of(api_key: str) -> str:
@@ -51,7 +50,7 @@ def derive_id(tenant: str, messages: Sequence[Message]) -> str:
 
 def identify(tenant: str, header_id: str | None, messages: Sequence[Message]) -> Identity:
     if header_id is None or header_id == "":
-        return Identity(tenant, derive_id(tenant, messages), derived=True)
+        return Identity(tenant, derive_id(tenant, messages))
     if not _ID_PATTERN.match(header_id):
         raise ProxyError(
             400,
@@ -59,7 +58,7 @@ def identify(tenant: str, header_id: str | None, messages: Sequence[Message]) ->
             param="X-Conversation-Id",
             code="invalid_conversation_id",
         )
-    return Identity(tenant, header_id, derived=False)
+    return Identity(tenant, header_id)
 
 
 @dataclass(frozen=True)

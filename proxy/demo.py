@@ -181,9 +181,9 @@ def _ask(
     client: Any, mock: MockUpstream, history: list[dict[str, Any]], stream: bool
 ) -> tuple[dict[str, Any], Exchange]:
     before = len(mock.calls)
-    # The client type-checks `messages` recursively in Python on every call; with a
-    # 500-message history that is most of a 200-turn demo's run time. The history
-    # rides in `extra_body` instead, which the client merges into the JSON untouched.
+    # The client type-checks `messages` recursively in Python on every call, a cost
+    # that grows with the history until it outweighs the rest of the demo. The
+    # history rides in `extra_body`, which the client merges into the JSON untouched.
     kwargs: dict[str, Any] = {
         "model": MODEL,
         "messages": [],

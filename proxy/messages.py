@@ -2,53 +2,21 @@
 
 Messages stay plain dicts exactly as clients send them: the proxy must
 forward what it does not understand (new content part types, vendor fields)
-untouched, so nothing here converts them into objects. The TypedDicts below
-document the fields the proxy reads; everything else passes through.
+untouched, so nothing here converts them into objects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any
 
 import orjson
 import xxhash
 
-Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 Message = dict[str, Any]
 
 LEADING_ROLES = frozenset({"system", "developer"})
 KNOWN_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-
-
-class FunctionCall(TypedDict):
-    name: str
-    arguments: str
-
-
-class ToolCall(TypedDict):
-    id: str
-    type: str
-    function: FunctionCall
-
-
-class ChatMessage(TypedDict, total=False):
-    """The fields of a chat message that the proxy reads."""
-
-    role: Role
-    content: str | list[dict[str, Any]] | None
-    name: str
-    refusal: str | None
-    tool_calls: list[ToolCall]
-    tool_call_id: str
-
-
-class ChatRequest(TypedDict):
-    model: str
-    messages: list[Message]
-    stream: NotRequired[bool]
-    max_tokens: NotRequired[int]
-    max_completion_tokens: NotRequired[int]
 
 
 def role(message: Message) -> str:
@@ -70,10 +38,6 @@ def tool_calls(message: Message) -> list[dict[str, Any]]:
 
 def tool_call_ids(message: Message) -> list[str]:
     return [str(c.get("id", "")) for c in tool_calls(message)]
-
-
-def is_tool_result(message: Message) -> bool:
-    return role(message) == "tool"
 
 
 def text_of(message: Message) -> str:

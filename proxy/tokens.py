@@ -81,7 +81,7 @@ class TokenCounter:
         self._encoders: dict[str, Encoder | None] = {}
         self._cache: LRUCache[tuple[str, bytes], int] = LRUCache(maxsize=cache_size)
         # Roles are a handful of words, counted for every new message: each
-        # count was a call into tiktoken (and a release of the GIL) for a
+        # count would be a call into tiktoken (and a release of the GIL) for a
         # number that never changes. Clients may send any role, so it is bounded.
         self._roles: dict[tuple[str, str], int] = {}
         self._warned = False
@@ -196,8 +196,8 @@ def _load_tiktoken(encoding: str) -> Encoder:
 
 
 MAP_AFTER_MISSES = 16
-# A miss digests the message and looks it up (1.5 us for a 250-token message);
-# an entry of the identity map costs about a twelfth of that (measured).
+# A miss digests the message and looks it up; an entry of the identity map
+# costs a small fraction of that, so one miss pays for this many entries.
 MAP_ENTRIES_PER_MISS = 12
 
 
@@ -255,9 +255,9 @@ class RequestCounts:
         """Tokens of `messages`, summed from the request's counts when they are its last ones.
 
         A full-history turn's working tail is such a run, and a turn under
-        every threshold only needs its sum: one lookup a message cost 30-50 us
-        a turn in a 100-message conversation (old messages missed the identity
-        map, were digested, then mapped). Anything else is summed message by
+        every threshold only needs its sum: a lookup a message would miss the
+        identity map for the old messages, digest them and map them, for a
+        sum the counts already hold. Anything else is summed message by
         message.
         """
         items = self._keep

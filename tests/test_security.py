@@ -195,3 +195,18 @@ def test_metrics_labels_stay_bounded_whatever_paths_clients_send() -> None:
 )
 def test_subpath_keeps_what_is_safe_as_sent(raw: bytes, expected: str) -> None:
     assert subpath(raw) == expected
+
+
+def test_a_wrong_key_is_refused_before_the_body_is_read(
+    stack: tuple[FakeUpstream, str],
+) -> None:
+    """A body that would fail parsing gets the 401, not the 400: it was never parsed."""
+    _, url = stack
+    with httpx.Client(base_url=url) as client:
+        r = client.post(
+            "/v1/chat/completions",
+            content=b"{not json" + b" " * 100_000,
+            headers={"authorization": "Bearer sk-wrong", "content-type": "application/json"},
+        )
+    assert r.status_code == 401
+    assert r.json()["error"]["code"] == "invalid_api_key"

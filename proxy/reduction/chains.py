@@ -170,10 +170,10 @@ def group(
     return tuple(units)
 
 
-def flatten(units: Iterable[Unit], *, forward: bool = True) -> list[Message]:
+def flatten(units: Iterable[Unit]) -> list[Message]:
     out: list[Message] = []
     for unit in units:
-        out.extend(unit.forward if forward else unit.messages)
+        out.extend(unit.forward)
     return out
 
 

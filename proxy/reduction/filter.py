@@ -8,10 +8,9 @@ message onward is the active turn.
 Trigger. Filtering every turn would change the middle of every request and
 defeat providers' prompt caches, so the forwarded request only grows at its
 end until a threshold is crossed: the history (everything forwarded) passes
-`budget.limit` tokens (the seed's "dynamic threshold adjustment based on
-token pressure"), or the tail holds more than `target_messages +
-threshold_messages` messages. Then the seed's adaptive levels choose which
-completed segments survive:
+`budget.limit` tokens, or the tail holds more than `target_messages +
+threshold_messages` messages. Then adaptive levels choose which completed
+segments survive:
 
 - up to 2 completed segments: keep both;
 - 3 to 5: keep 2, the newest plus the newest other one that used tools
@@ -92,7 +91,7 @@ def _tail(ctx: Context) -> list[_Item]:
 
 
 def _choose(items: Sequence[_Item], pressure: bool) -> set[int]:
-    """The seed's adaptive levels over completed segments; returns the segments kept."""
+    """The adaptive levels over completed segments; returns the segments kept."""
     order: list[int] = []
     tools: set[int] = set()
     for item in items:
@@ -123,7 +122,7 @@ def reduce_filter(ctx: Context) -> Reduction:
     by_count = count > budget.target_messages + budget.threshold_messages
     reused = {"reused"} if ctx.state.summaries else set()
     if not (by_tokens or by_count):
-        return _forward(ctx, stored, tail, 0, reused, "under threshold")
+        return _forward(ctx, stored, tail, 0, reused)
 
     kept = _choose(items, by_tokens)
     keep = [i for i in items if i.segment < 0 or i.segment in kept]
@@ -148,13 +147,8 @@ def reduce_filter(ctx: Context) -> Reduction:
     cut = min(cut, ctx.active)
     new_stored = [i for i in keep if i.tail < cut]
     dropped_units = len(items) - len(keep)
-    why = (
-        f"{'tokens' if by_tokens else 'messages'} threshold crossed: kept "
-        f"{len({i.segment for i in keep if i.segment >= 0})} segments, "
-        f"{dropped_units} units filtered"
-    )
     kinds = reused | ({"filtered"} if dropped_units else set())
-    return _forward(ctx, new_stored, tail[cut:], cut, kinds, why)
+    return _forward(ctx, new_stored, tail[cut:], cut, kinds)
 
 
 def _forward(
@@ -163,7 +157,6 @@ def _forward(
     tail: Sequence[_Item],
     cut: int,
     kinds: set[str],
-    reason: str,
 ) -> Reduction:
     pieces = [Unit((), i.unit.forward, dialect=i.unit.dialect) for i in stored] + [
         i.unit for i in tail
@@ -178,5 +171,4 @@ def _forward(
         skipped=sum(u.size for u in ctx.units[:cut]),
         extra={**ctx.state.extra, "kept": [i.entry() for i in stored]},
         cut_kind="filtered",
-        reason=reason,
     )

@@ -111,10 +111,8 @@ def finish(
     selected: Iterable[int] | None = None,
     mandatory: Collection[int] | None = None,
     skipped: int = 0,
-    advance: bool = True,
     extra: Mapping[str, Any] | None = None,
     requests: Sequence[SummaryRequest] = (),
-    reason: str = "",
     cut_kind: str = "windowed",
     fit: bool = True,
     cut_to: int | None = None,
@@ -138,7 +136,7 @@ def finish(
         out, total, evicted = _finish_suffix(cut, *suffix)
     else:
         out, total, evicted = _finish_general(cut, pieces, selected, mandatory)
-    dropped = skipped + (evicted if advance else 0)
+    dropped = skipped + evicted
     if not found - {"repaired"}:
         found.add("none")
     state = ReductionState(
@@ -153,7 +151,6 @@ def finish(
         tokens_out=total + REPLY_PRIMING,
         dropped=dropped,
         summary_requests=tuple(requests),
-        reason=reason,
         tail=ctx.tail,
     )
 

@@ -63,10 +63,10 @@ def under_threshold(
     """The result `reduce_summarize` gives a short history far from every threshold, or None.
 
     Most turns of most conversations are such turns, and for them grouping
-    the tail into units, repairing it and laying it out (30-45 us for a few
-    messages) only to forward it as it came is wasted: without a tool call
-    or result in it, every message is a unit of its own that repair leaves
-    alone, and under the limit nothing is cut. The state goes on as it came.
+    the tail into units, repairing it and laying it out only to forward it
+    as it came is wasted: without a tool call or result in it, every message
+    is a unit of its own that repair leaves alone, and under the limit
+    nothing is cut. The state goes on as it came.
     The result carries no `tail`, so the next turn past these bounds groups
     its tail afresh, once.
     """
@@ -92,7 +92,6 @@ def under_threshold(
         state=working.state,
         kinds=("reused",) if blocks else ("none",),
         tokens_out=total + REPLY_PRIMING,
-        reason="under threshold",
     )
 
 
@@ -114,7 +113,7 @@ def reduce_summarize(ctx: Context) -> Reduction:
         drop = max(drop, ctx.tail.keep_messages_drop(ctx.active, budget.target_messages))
     previous = tuple(b.text for b in blocks) if policy.single_summary else ()
     if drop == 0:
-        under = finish(ctx, blocks=blocks, kinds=reused, reason="under threshold")
+        under = finish(ctx, blocks=blocks, kinds=reused)
         soon = policy.prepare_ratio > 0 and total > policy.prepare_ratio * budget.limit
         if soon and policy.summarize_by != "messages":
             ahead = ctx.tail.keep_tokens_drop(ctx.active, budget.keep_recent)
@@ -129,21 +128,18 @@ def reduce_summarize(ctx: Context) -> Reduction:
     evicted = _evicted(ctx, drop)
     covers = state.tail_start + len(evicted)
     key = ctx.tail.evicted_key(previous, drop)
-    why = f"{len(evicted)} messages evicted ({'tokens' if by_tokens else 'messages'} trigger)"
     text = ctx.summaries.get(key)
     kept = range(drop, len(ctx.units))
     request = SummaryRequest(key, evicted, previous)
     window = partial(finish, ctx, blocks=blocks, kinds=reused | {"windowed"}, selected=kept)
     if text is None:
-        return window(requests=(request,), reason=why + ", summary requested")
+        return window(requests=(request,))
     block = SummaryBlock(text, covers)
     new_blocks = (block,) if policy.single_summary else (*blocks, block)
     try:
-        return finish(
-            ctx, blocks=new_blocks, kinds={"summarized"}, selected=kept, reason=why + ", summarised"
-        )
+        return finish(ctx, blocks=new_blocks, kinds={"summarized"}, selected=kept)
     except ContextTooLarge:
-        return window(reason=why + ", but the summary itself does not fit")
+        return window()
 
 
 def _evicted(ctx: Context, drop: int) -> tuple[Message, ...]:

@@ -2,8 +2,8 @@
 
 In full-history mode a conversation of a thousand messages resends all of
 them every turn, and only the last two are new. Grouping, repairing and
-counting the whole tail again each turn made a turn's cost grow with the
-conversation. A `Tail` remembers the result for the messages it has seen;
+counting the whole tail again each turn would make a turn's cost grow with
+the conversation. A `Tail` remembers the result for the messages it has seen;
 `grouped_tail` reuses it for an equal prefix and groups only the rest, so a
 turn costs what its new messages cost plus a few C-level copies.
 

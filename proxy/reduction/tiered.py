@@ -8,8 +8,8 @@ bulks (120k window at 0.7: 84000 -> 42000 / 25200 / 16800).
 Trigger. Agent Zero compresses only when the history is over its budget, so
 this strategy does nothing while leading + bulks + tail (with the stored
 compressions applied) stays within `budget.limit`: each request then extends
-the previous one exactly (design.md invariant 5) and no summary is asked
-for. Once over, one reduction runs, deterministically:
+the previous one exactly, so providers' prompt caches keep hitting, and no
+summary is asked for. Once over, one reduction runs, deterministically:
 
 1. Historical topics beyond the `TOPICS_KEEP_COUNT` (3) newest leave the tail.
 2. A historical message over `LARGE_MESSAGE_TO_TOPIC_RATIO` of the topics'
@@ -20,8 +20,8 @@ for. Once over, one reduction runs, deterministically:
    units -> 3/4/5/6; `n` counts units, so a tool chain is never split). A
    topic is compressed once; if still over, the oldest topics leave as well.
 4. Everything that left in this reduction becomes one bulk: one summary
-   request, not one per topic (the seed's "typically one topic" per bulk
-   would cost a summariser call per topic). Before it is added, while the
+   request, not one per topic, which would cost a summariser call per
+   topic. Before it is added, while the
    stored bulks exceed half their share, the three oldest are merged into
    one summary; when merging cannot make room the oldest bulk is dropped.
 
@@ -214,7 +214,6 @@ def reduce_tiered(ctx: Context) -> Reduction:
             pieces=[p.unit for p in view.pieces],
             mandatory=range(view.active, len(view.pieces)),
             extra=extra,
-            reason=f"{total} tokens within {ctx.budget.limit}: stored tiers reused",
         )
     return _reduce(ctx, view)
 
@@ -287,8 +286,6 @@ def _reduce(ctx: Context, view: _View) -> Reduction:
         skipped=skipped,
         requests=book.requests,
         cut_to=ctx.budget.limit,
-        reason=f"over {ctx.budget.limit} tokens: {len(moving)} topics to a bulk, "
-        f"{sum(1 for k in squeeze if k)} compressed, {len(book.requests)} summaries requested",
     )
     extra = _extra(ctx, spans, cuts, red.state.tail_start)
     return replace(red, state=replace(red.state, extra=extra))

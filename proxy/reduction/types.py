@@ -172,7 +172,6 @@ class Reduction:
     tokens_out: int
     dropped: int = 0
     summary_requests: tuple[SummaryRequest, ...] = ()
-    reason: str = ""
     # Summaries worth preparing off the critical path; the answer changes nothing now.
     prepare: tuple[SummaryRequest, ...] = ()
     # The working tail as grouped for this reduction: pass it as `memo` next turn.

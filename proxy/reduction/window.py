@@ -20,9 +20,7 @@ from .types import Reduction
 
 def reduce_none(ctx: Context) -> Reduction:
     """Bypass: forward everything (a stored summary included), repaired but never cut."""
-    return finish(
-        ctx, blocks=ctx.state.summaries, kinds=("none",), fit=False, reason="reduction bypassed"
-    )
+    return finish(ctx, blocks=ctx.state.summaries, kinds=("none",), fit=False)
 
 
 def _reused(ctx: Context) -> set[str]:
@@ -41,16 +39,9 @@ def reduce_messages(ctx: Context) -> Reduction:
         blocks=ctx.state.summaries,
         kinds=_reused(ctx) | ({"windowed"} if drop else set()),
         selected=range(drop, len(ctx.units)),
-        reason=f"{count} messages > {limit}: kept the newest {budget.target_messages}",
     )
 
 
 def reduce_tokens(ctx: Context) -> Reduction:
     """The cut itself is `finish`'s fit rule: past `limit`, back to `keep_recent`."""
-    return finish(
-        ctx,
-        blocks=ctx.state.summaries,
-        kinds=_reused(ctx),
-        reason=f"history over {ctx.budget.limit} tokens is cut back to "
-        f"{ctx.budget.keep_recent} tokens of recent messages",
-    )
+    return finish(ctx, blocks=ctx.state.summaries, kinds=_reused(ctx))

@@ -218,7 +218,11 @@ class Store(Protocol):
         ...
 
     async def ping(self) -> None:
-        """Return when the store answers; raise `StoreError` otherwise."""
+        """Return when the store answers and can take turns; raise `StoreError` otherwise."""
+        ...
+
+    def problem(self) -> str | None:
+        """Why turns cannot be written now (files gone, writes failing), at a glance; None: fine."""
         ...
 
     async def close(self) -> None: ...
@@ -230,8 +234,3 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | bytes) -> Any:
     return orjson.loads(text)
-
-
-def is_expired(updated_at: float, now: float, ttl_s: float) -> bool:
-    """`ttl_s <= 0` disables expiry."""
-    return ttl_s > 0 and updated_at < now - ttl_s

@@ -78,8 +78,8 @@ class MemoryStore(Searchable):
     async def commit(self, turn: TurnCommit, *, wait: bool = True) -> None:
         # Serialise everything before touching the record, so a value orjson
         # rejects leaves the store exactly as it was. Kept as str: the bytes
-        # orjson returns hold on to a 4 KB buffer each, whatever their length
-        # (measured: 115 KB per 17-message conversation as bytes).
+        # orjson returns hold on to a 4 KB buffer each, whatever their length,
+        # many times what a short message needs.
         entries = [(e.hash, e.parent, dumps(e.message)) for e in turn.archive]
         snap = turn.snapshot
         state = dumps(snap.state)
@@ -173,6 +173,9 @@ class MemoryStore(Searchable):
             )
             for key, stored in chosen[offset : offset + max(0, limit)]
         ]
+
+    def problem(self) -> str | None:
+        return None
 
     async def ping(self) -> None:
         return None

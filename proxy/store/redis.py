@@ -330,6 +330,9 @@ class RedisStore(Searchable):
                 )
         return summaries
 
+    def problem(self) -> str | None:
+        return None
+
     async def ping(self) -> None:
         try:
             await cast(Any, self._redis.ping())

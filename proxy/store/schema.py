@@ -88,14 +88,14 @@ def m002_message_search(db: sqlite3.Connection) -> None:
 def m003_working_rows(db: sqlite3.Connection) -> None:
     """The working history as one row per message, so a turn writes only its new messages.
 
-    One JSON text per conversation meant rewriting the whole working history
-    (hundreds of kilobytes in a long conversation) on every turn. A row keeps
+    One JSON text per conversation means rewriting the whole working history,
+    however long, on every turn. A row keeps
     the message's position in the conversation and its chain hash, which is
     how a commit tells that the rows it keeps belong to its own history.
     A row may hold no text: then the archive row with its chain hash has it
     (the commit that wrote the row archived the message too), so a new
     message is written once, not twice.
-    `conversations.working` stays (SQLite keeps old columns) but is no longer read.
+    `conversations.working` stays (SQLite keeps old columns), and nothing reads it.
     """
     db.execute(
         """
@@ -148,7 +148,7 @@ def m005_working_chain(db: sqlite3.Connection) -> None:
     messages and its verbatim tail, all archived already: `[leading, start,
     last]` (positions 0 to `leading` and from `start` on, of the chain that
     ends with the archived message `last`) says the same as a row per
-    message, which cost a third of a turn's SQL. NULL: the rows hold it.
+    message, and spares each turn writing those rows. NULL: the rows hold it.
 
     A conversation starts described when its first turn archives its whole
     history, and stays so while every turn's new messages continue an
@@ -168,9 +168,9 @@ def m006_data_version(db: sqlite3.Connection) -> None:
     operator's `sqlite3` shell, its own worker's deletes and sweeps) from
     the data version of its writing connection, which SQLite moves for every
     commit but that connection's own, whoever made it and whatever it
-    touched. The triggers that kept the counter ran at every snapshot
-    write: 17 of the 115 us of SQL a small turn cost (measured, pure
-    sqlite3). The table goes too, so a release from before this one
+    touched. The triggers that keep the counter run at every snapshot
+    write, a part of every turn's SQL that this saves. The table goes too,
+    so a release from before this one
     sharing the file fails on its first lookup instead of trusting a
     counter nobody moves: replicas sharing a file must all run this one
     or later.
@@ -186,19 +186,17 @@ def m006_data_version(db: sqlite3.Connection) -> None:
 
 
 def m007_lighter_turn(db: sqlite3.Connection) -> None:
-    """Two structures every turn wrote and few reads need, made cheaper to write.
+    """Two structures every turn writes and few reads need, made cheaper to write.
 
     - Snapshots move to a rowid table with a unique (conversation, head)
       index. WITHOUT ROWID keeps each whole row in the primary key's tree,
       which SQLite advises only for rows under about a twentieth of a page;
       a snapshot's state is a few hundred bytes to kilobytes.
-    - The (tenant, updated_at) index goes: every turn moved the row's entry
-      in it, and only a tenant's listing (an operator's request) used it;
-      that listing now reads the tenant's rows through the unique
+    - The (tenant, updated_at) index goes: every turn moves the row's entry
+      in it, and only a tenant's listing (an operator's request) uses it;
+      that listing reads the tenant's rows through the unique
       (tenant, conversation) index and sorts them. `conversations_updated`
       stays for the expiry sweep and the global listing.
-
-    Together 13 of the 80 us of SQL a small turn cost (measured, pure sqlite3).
     """
     db.execute("DROP INDEX conversations_tenant_updated")
     db.execute(

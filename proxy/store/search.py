@@ -4,8 +4,8 @@ One implementation serves every backend. The SQLite store keeps the index in
 its own file beside the archive; the memory and Redis stores keep it in an
 in-process SQLite database (`ArchiveSearch`), fed from their archives. FTS5
 indexes incrementally, which the in-process BM25 libraries do not: bm25s
-rebuilds its whole index to add a document (measured: 250 ms for a
-2,000-message conversation, on every turn), rank_bm25 likewise.
+rebuilds its whole index to add a document, so every turn of a long
+conversation would pay for all of it again; rank_bm25 likewise.
 
 Indexing is lazy: a search first indexes what the archive gained since the
 last search of that conversation, so commits never pay for search and a store

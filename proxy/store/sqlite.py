@@ -2,8 +2,8 @@
 
 Turns (`commit`) are written from the event loop's thread, grouped: the
 turns that arrive before a group runs share one transaction (one savepoint
-each only if one fails). A group takes a fraction of a millisecond, and
-handing it to a thread cost more (see `_drain_here`). The loop never waits
+each only if one fails). A group is short, and handing it to a thread
+costs more (see `_drain_here`). The loop never waits
 on another connection's write lock, though: its connection does not wait,
 and a group that finds the file locked is tried again a few milliseconds
 later, until the busy timeout. A worker thread runs what may be slow (listings,
@@ -21,14 +21,13 @@ someone else (another replica, an operator's delete, the sweep) changed
 snapshots since is one read of the writing connection's `PRAGMA
 data_version`, which SQLite moves for every commit but that connection's own
 (migration m006), so a replica never answers from a memory another one made
-stale. At one request at a time, writing before answering cost 0.2-0.4
-ms of every turn.
+stale. Writing before answering would add the write to every turn's latency.
 
 Checkpoints (copying the WAL back into the database file, with an fsync)
 run on a thread and connection of their own, never inside a turn's commit:
-SQLite's automatic checkpoint ran in whichever commit crossed 1,000 pages,
-and that turn's answer waited for the fsync (p99 10 ms against a p50 of
-1.7 ms at one request at a time; 3.5 ms without).
+SQLite's automatic checkpoint runs in whichever commit crosses 1,000 pages,
+and that turn's answer would wait for the fsync, which shows in the tail of
+the latencies.
 
 WAL lets readers in other processes (the `sqlite3` shell, a second replica
 on the same disk) read while a turn is being written; each write takes the
@@ -41,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -93,18 +93,18 @@ _IN_CHUNK = 500
 _FIRST_CHUNK = 8
 # A checkpoint is due once the WAL holds about this many pages, or after
 # CHECKPOINT_EVERY_S with anything written. Pages are estimated: a turn of a
-# few short messages adds about 12 (measured: 50 KB of WAL per commit), and its
-# text adds one per 4 KB. SQLite's own default, 1,000, meant a dozen
-# checkpoints a second at 1,000 turns a second, each copying the same hot pages
-# again; at 4,000 a steady summarising request costs 4 % less CPU (paired runs).
+# few short messages adds about PAGES_PER_JOB, and its text adds one per 4 KB.
+# SQLite's own default, 1,000, means many checkpoints a second under a steady
+# stream of turns, each copying the same hot pages again; a longer WAL between
+# checkpoints copies them less often and costs less CPU.
 CHECKPOINT_PAGES = 4000
 PAGES_PER_JOB = 12
 CHECKPOINT_EVERY_S = 1.0
 # A WAL this long (32 MB) is started over by a checkpoint that waits for writers.
 WAL_RESTART_PAGES = 2 * CHECKPOINT_PAGES
 # A checkpoint that starts the WAL over waits this long at most for the readers
-# still in it, holding writers off meanwhile; with the connection's own 5 s busy
-# timeout, one held them 5.4 s under steady lookups (measured). It is tried
+# still in it, holding writers off meanwhile; under the connection's own busy
+# timeout, steady lookups would hold writers off for all of it. It is tried
 # again after the next writes.
 RESTART_WAIT_MS = 1000
 # Text a group written from the loop holds at most (one turn may exceed it).
@@ -178,8 +178,15 @@ class SqliteStore(search.Searchable):
         # The last turn of each conversation queued and not yet written (a
         # conversation's turns are written in order, so waiting for it waits for all).
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
+        # Why the last group of turns could not be written (None: it was). A
+        # successful group clears it, so health follows the file's.
+        self._write_error: str | None = None
+        self._identity: tuple[int, int] | None = None  # the file's (device, inode) at open
         try:
             self._executor.submit(self._open).result()
+            if self._file:
+                found = os.stat(path)
+                self._identity = (found.st_dev, found.st_ino)
             if self._file and not read_only:
                 self._reader = self._open_reader()
                 self._here = self._connect(busy_timeout_s=0.0)
@@ -195,7 +202,7 @@ class SqliteStore(search.Searchable):
 
         They are a few indexed reads, which under WAL never wait for a
         writer, so they run on the caller's thread: a hop to the worker and
-        back cost more than the reads. Only the event loop's thread uses it.
+        back costs more than the reads. Only the event loop's thread uses it.
         """
         reader = sqlite3.connect(
             self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -326,7 +333,7 @@ class SqliteStore(search.Searchable):
         """Run `job` in the next group of jobs: one transaction for all.
 
         Under load, turns of many conversations arrive together; committing
-        each alone cost more than the SQL itself. Jobs queued before the
+        each alone costs more than the SQL itself. Jobs queued before the
         group runs are run together, in order, each inside its own
         savepoint, so one job's failure (a `Conflict`) undoes only that job
         and the others still commit.
@@ -349,19 +356,18 @@ class SqliteStore(search.Searchable):
     def _drain_here(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the event loop's thread: run the next group of queued jobs, unless the file is locked.
 
-        A group takes 0.1-0.3 ms here, while handing it to a thread and
-        back cost more CPU than the SQL (the GIL changes hands at every
-        statement): 15 % fewer CPU ms per request at 32 concurrent
-        requests, measured. A group is at most about GROUP_BYTES of text,
-        so the loop is never held for long (the first turns of 31 long
-        conversations, 12 MB, held it 121 ms). The loop never waits for the
-        write lock: this connection's busy timeout is 0, and while another
-        connection holds the lock (a checkpoint starting the WAL over,
-        another process) the group is tried again every LOCK_RETRY_S,
+        Running a group on the loop's thread costs less than handing it to
+        a worker and back, where the GIL changes hands at every statement
+        and the hand-offs cost more CPU than the SQL. A group is at most
+        about GROUP_BYTES of text, so the loop is never held for long, even
+        by the first turns of many long conversations. The loop never waits
+        for the write lock: this connection's busy timeout is 0, and while
+        another connection holds the lock (a checkpoint starting the WAL
+        over, another process) the group is tried again every LOCK_RETRY_S,
         in order, and fails after the store's busy timeout. Turns written
         after their answer (the usual case) only queue up meanwhile; a
-        thread waiting on the lock instead (as before) took 0.6 s a group
-        under load, each statement waiting for the GIL.
+        thread waiting on the lock would be slow under load, each statement
+        waiting for the GIL.
         """
         db = self._here
         jobs = _first_bytes(self._queue, GROUP_BYTES)
@@ -381,8 +387,10 @@ class SqliteStore(search.Searchable):
                 loop.call_later(LOCK_RETRY_S, self._drain_here, loop)
                 return
             self._locked_since = None
+            self._failed(exc)
             _settle(jobs, [(False, exc)] * len(jobs))
         except sqlite3.Error as exc:
+            self._failed(exc)
             _settle(jobs, [(False, exc)] * len(jobs))
         else:
             self._locked_since = None
@@ -459,7 +467,9 @@ class SqliteStore(search.Searchable):
             results = _write(db, run, begun=True)
         except sqlite3.Error as exc:
             self._forget_rows()
+            self._failed(exc)
             return [(False, exc)] * len(jobs)
+        self._write_error = None
         self._after_write(sum(PAGES_PER_JOB + j.size // 4096 for j in jobs))
         if self._now() - self._last_sweep >= self._sweep_interval_s:
             # The turns are committed already; a failed sweep is retried next time.
@@ -467,6 +477,32 @@ class SqliteStore(search.Searchable):
             with contextlib.suppress(RuntimeError):  # shut down meanwhile
                 self._executor.submit(self._sweep_quietly)
         return results
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        if self._write_error is None:
+            log.error("SQLite store %s cannot write turns: %s", self.path, exc)
+        self._write_error = str(exc)
+
+    def problem(self) -> str | None:
+        """Why turns cannot be written now; None while the file takes them.
+
+        Checks what SQLite itself does not notice: a file deleted or replaced
+        under the running process (it would go on writing to the unlinked
+        inode, and lose everything at restart) or made read-only.
+        """
+        if self._write_error is not None:
+            return f"writes fail: {self._write_error}"
+        if self._identity is None or self._read_only:
+            return None
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return f"the database file {self.path} is gone"
+        if (found.st_dev, found.st_ino) != self._identity:
+            return f"the database file {self.path} was replaced"
+        if not os.access(self.path, os.W_OK):
+            return f"the database file {self.path} is not writable"
+        return None
 
     def _forget_rows(self) -> None:
         """After writes were undone: no remembered row is known to match the file any more."""
@@ -499,7 +535,7 @@ class SqliteStore(search.Searchable):
 
         This process's lookups see a queued turn at once (`_Recent`), and its
         other reads wait for it, so the response need not wait for the
-        write: at one request at a time that was 0.2-0.4 ms of every turn.
+        write, which would otherwise add to every turn's latency.
         """
         if self._read_only:
             raise StoreError("the SQLite store is open read-only")
@@ -708,9 +744,9 @@ class SqliteStore(search.Searchable):
         """Remember a conversation the file was just asked about, as the file has it.
 
         Its turn, once queued, is then in `_recent`, and the next turn's
-        lookup need not wait for it to be written: 32 long conversations
-        starting at once each wrote 400 KB, and their second turns waited
-        up to 0.3 s for that. Trusted only if nobody but this process wrote
+        lookup need not wait for it to be written, which for many long
+        conversations starting at once means waiting behind large writes.
+        Trusted only if nobody but this process wrote
         since its last group; an expired row is not, because its turn's
         write must delete it first.
         """
@@ -745,7 +781,7 @@ class SqliteStore(search.Searchable):
             # Trusted until the loop's callbacks queued after this one run: a
             # turn served meanwhile was asked for before this check, so any
             # commit that preceded it (another replica's answer) shows here.
-            # Lookups of concurrent requests share a check (7 us of SQL each).
+            # Lookups of concurrent requests share a check rather than each paying its SQL.
             self._unchanged_now = True
             asyncio.get_running_loop().call_soon(self._recheck)
         return unchanged
@@ -847,6 +883,9 @@ class SqliteStore(search.Searchable):
 
     async def ping(self) -> None:
         await self._run(lambda db: db.execute("SELECT 1").fetchone())
+        problem = self.problem()
+        if problem is not None:
+            raise StoreError(problem)
 
     async def close(self) -> None:
         await self.flush()  # queued turns are written before the store closes
@@ -897,7 +936,7 @@ class _Recent:
     weight: int = 200
     # The conversation's row as this process's last write left it: id, turns,
     # and whether its chain describes the working history. A turn then updates
-    # the row by id (9 us) instead of upserting it and reading it back (41 us).
+    # the row by id, which costs less than upserting it and reading it back.
     # Set as a job writes, so a later turn in the same group sees it; unset
     # when a group's writes are undone.
     row: tuple[int, int, bool] | None = None

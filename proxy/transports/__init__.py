@@ -7,12 +7,11 @@ every request, which caps a busy proxy. Underneath it sits one of:
 - `reqwest` (the default): pyreqwest (`over_reqwest.py`), Rust's reqwest and
   hyper, for answers read whole; its connections, parsing and timers run on
   a Tokio thread of its own, so the event loop's thread, where a busy proxy
-  runs out of CPU first, does a sixth of aiohttp's work a request (about 20
-  vs 125 us; 50-55 in all threads). Event streams (a chat request with `"stream": true`) go through
-  aiohttp's pool instead: every chunk pyreqwest hands over is a wake-up from
-  its thread that takes the GIL back, and at 32 concurrent streams of ten
-  events each that cost more than it saved (bench/: 1,016 req/s over aiohttp,
-  796 over pyreqwest, 1,059 split so).
+  runs out of CPU first, does a fraction of aiohttp's work a request. Event
+  streams (a chat request with `"stream": true`) go through aiohttp's pool
+  instead: every chunk pyreqwest hands over is a wake-up from its thread
+  that takes the GIL back, and with many concurrent streams those wake-ups
+  cost more than the other thread saves.
 - `aiohttp` (`over_aiohttp.py`): aiohttp's pool for everything, for platforms
   pyreqwest has no wheel for (musl).
 - `httpx`: httpcore's own pool.

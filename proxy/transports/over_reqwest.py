@@ -1,12 +1,11 @@
 """httpx's transport API over pyreqwest: Rust's reqwest and hyper, on a thread of their own.
 
 A busy proxy runs out of CPU on its event loop's thread first. aiohttp's
-client does all of a request's work there: 125 us a request (a small JSON
-answer from the bench's mock, client side). pyreqwest hands the request to
+client does all of a request's work there. pyreqwest hands the request to
 a Tokio runtime on another thread, where connecting, pooling, writing,
-parsing and timers run without the GIL; the loop's thread builds the
+parsing and timers run without the GIL; the loop's thread only builds the
 request and wakes when the answer's head (or a chunk of a streamed body) is
-in: about 20 us, and 30-35 more on the other core.
+in, a small part of the work, the rest running on the other core.
 
 What it does differently from httpx's own transport, and why:
 

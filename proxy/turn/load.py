@@ -58,16 +58,23 @@ async def load(
 
 
 async def _append(ctx: AppContext, key: ConvKey, messages: list[Message], model: str) -> Loaded:
+    # An append turn the store cannot write would be lost, and one it cannot
+    # read would look like an unknown conversation: both are the store's 503.
+    unavailable = ProxyError(
+        503,
+        "The conversation store is unavailable; append mode cannot supply the history.",
+        type="server_error",
+        code="store_unavailable",
+    )
+    problem = ctx.store.problem()
+    if problem is not None:
+        log.warning("append turn of %s refused: %s", key.conversation, problem)
+        raise unavailable
     try:
         stored = await ctx.store.latest(key)
     except StoreError:
         ctx.metrics.store_errors.labels("latest").inc()
-        raise ProxyError(
-            503,
-            "The conversation store is unreachable; append mode cannot supply the history.",
-            type="server_error",
-            code="store_unavailable",
-        ) from None
+        raise unavailable from None
     if stored is None:
         raise ProxyError(
             404,

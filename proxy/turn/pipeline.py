@@ -37,11 +37,11 @@ async def chat_completions(request: Request) -> Response:
     ctx: AppContext = request.state.ctx
     started = time.perf_counter()
     given = header_map(request)
+    authorize(ctx, given)  # before the body is read: a wrong key costs nothing
     check_content_type(given.get("content-type"))
     body = await read_body(request, ctx.settings.server.max_body_bytes)
     resend = Resend(ctx.sessions, given, body, enabled=ctx.settings.server.fast_path)
     payload = parse_chat(body, resend, resend.reparse())
-    authorize(ctx, given)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode, strategy = options(ctx, given)

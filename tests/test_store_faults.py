@@ -1,0 +1,130 @@
+"""A SQLite store that fails under the running proxy says so: /healthz 503, append turns 503.
+
+The faults are real: the file deleted while the process runs, a full disk
+(a small tmpfs, where this machine lets the tests mount one), a path that
+cannot be opened at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from proxy.app import create_app
+from proxy.config import load_settings
+
+from .fake_upstream import create_fake_upstream
+
+CHAT = "/v1/chat/completions"
+HEADERS = {"Authorization": "Bearer sk-faults", "X-Conversation-Id": "kept"}
+
+
+@contextlib.contextmanager
+def proxy(db: Path) -> Iterator[TestClient]:
+    upstream = create_fake_upstream()
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
+            "CONTEXT_PROXY_STORE_PATH": str(db),
+        }
+    )
+    app = create_app(settings, transport=httpx.ASGITransport(upstream.app))
+    with TestClient(app) as client:
+        yield client
+
+
+def turn(client: TestClient, text: str, *, append: bool = False) -> httpx.Response:
+    headers = {**HEADERS, **({"X-Context-Mode": "append"} if append else {})}
+    body: dict[str, Any] = {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
+    return client.post(CHAT, json=body, headers=headers)
+
+
+def test_a_store_file_deleted_under_the_proxy_is_reported_not_written_to(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    with proxy(db) as client:
+        assert turn(client, "first").status_code == 200
+        assert client.get("/healthz").status_code == 200
+        for path in tmp_path.glob("store.db*"):
+            path.unlink()
+
+        health = client.get("/healthz")
+        appended = turn(client, "second", append=True)
+
+    assert health.status_code == 503
+    assert "is gone" in health.json()["problem"]
+    assert appended.status_code == 503
+    assert appended.json()["error"]["code"] == "store_unavailable"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs, mounted for the test (needs root and a kernel that lets it)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    filler = disk / "filler"
+    with filler.open("wb") as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"\0" * 65536)
+            out.flush()
+    return filler
+
+
+def test_a_full_disk_turns_healthz_and_append_turns_to_503_until_it_has_room(
+    small_disk: Path,
+) -> None:
+    with proxy(small_disk / "store.db") as client:
+        assert turn(client, "first").status_code == 200
+        filler = fill(small_disk)
+        # Full-history turns are answered (the app loses nothing it sent), and
+        # the turn that could not be written makes the store report it.
+        big = "word " * 20_000
+        assert turn(client, big).status_code == 200
+        health = client.get("/healthz")
+        appended = turn(client, "after", append=True)
+        metrics = client.get("/metrics").text
+        filler.unlink()
+        assert turn(client, "room again").status_code == 200
+        healed = client.get("/healthz")
+
+    assert health.status_code == 503 and "writes fail" in health.json()["problem"]
+    assert appended.status_code == 503
+    assert appended.json()["error"]["code"] == "store_unavailable"
+    assert 'context_proxy_store_errors_total{operation="commit"}' in metrics
+    assert healed.status_code == 200
+
+
+def test_a_store_that_cannot_be_opened_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve"],
+        env={**os.environ, "CONTEXT_PROXY_STORE_PATH": str(tmp_path / "no" / "such" / "x.db")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "the store cannot be used" in lines[0], done.stderr
