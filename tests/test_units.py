@@ -428,13 +428,26 @@ def test_json_logs_carry_the_access_fields() -> None:
     assert entry["conversation"] == "c1" and entry["tokens_in"] == 42
 
 
-def test_readme_configuration_reference_matches_the_settings() -> None:
+def test_configuration_reference_matches_the_settings() -> None:
     from proxy.configdoc import reference
 
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    start = doc.index("<!-- config-reference:start")
+    body = doc[doc.index("\n", start) + 1 : doc.index("<!-- config-reference:end")]
+    assert body.strip() == reference().strip(), (
+        "run `context-proxy config-doc` into docs/configuration.md"
+    )
+
+
+def test_readme_is_short_and_its_test_command_is_the_one_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- config-reference:start")
-    body = readme[readme.index("\n", start) + 1 : readme.index("<!-- config-reference:end")]
-    assert body.strip() == reference().strip(), "run `context-proxy config-doc` into README.md"
+    assert len(readme.splitlines()) <= 300
+    ci_command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    blocks = readme.split("```sh\n")
+    first, second = (block.split("\n```")[0].strip() for block in blocks[1:3])
+    assert second == ci_command
+    assert first.startswith("python3 -m venv .venv && .venv/bin/pip install -e '.[tools]'")
+    assert first.endswith(".venv/bin/context-proxy serve")
 
 
 def test_serving_needs_none_of_the_tools_or_embeddings_packages() -> None:
@@ -481,3 +494,29 @@ def test_a_tool_without_its_extra_says_what_to_install() -> None:
     )
     assert done.returncode == 2
     assert "pip install 'context-proxy[tools]'" in done.stderr
+
+
+def test_counting_many_messages_off_the_loop_gives_the_counts_of_the_plain_path() -> None:
+    import asyncio
+
+    from proxy.tokens import OFF_LOOP_MESSAGES, TokenCounter
+
+    @given(
+        st.lists(
+            st.fixed_dictionaries(
+                {"role": st.sampled_from(["user", "assistant"]), "content": st.text(max_size=40)}
+            ),
+            min_size=OFF_LOOP_MESSAGES,
+            max_size=OFF_LOOP_MESSAGES + 40,
+        )
+    )
+    @settings(max_examples=20, deadline=None)
+    def check(messages: list[dict[str, Any]]) -> None:
+        plain = TokenCounter()
+        primed = TokenCounter()
+        asyncio.run(primed.prime("gpt-4o", messages))
+        assert [primed.count_message("gpt-4o", m) for m in messages] == [
+            plain.count_message("gpt-4o", m) for m in messages
+        ]
+
+    check()
