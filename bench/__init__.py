@@ -1,4 +1,4 @@
-"""The context-proxy benchmark (`python -m bench`), issue 5.
+"""The context-proxy benchmark (`python -m bench`).
 
 Everything the comparison needs runs on 127.0.0.1 in its own process: a mock
 upstream, three bare pass-through floors and the proxy itself. The load

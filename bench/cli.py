@@ -26,6 +26,7 @@ from .matrix import LITELLM, Plan, run_matrix
 from .memory import MemoryCost, memory_cost
 from .procs import Fleet, Server, fleet, free_port
 from .report import REF_FLOOR, render
+from .stall import BIG_MODEL, BIG_WINDOW, stall
 from .turns import TurnCost, turn_costs
 from .waits import ANSWER_DELAY_S, SUMMARY_DELAY_S, summary_waits
 
@@ -73,6 +74,7 @@ strategy = "summarize"
 
 [models]
 "{STEADY_MODEL}" = {STEADY_WINDOW}
+"{BIG_MODEL}" = {BIG_WINDOW}
 """
     )
     return path
@@ -143,7 +145,9 @@ async def measure(
     _say("per-turn cost: done")
     waits = await summary_waits(servers["proxy-waits"], plan)
     _say("summary waits: done")
-    return render(results, turn_reps, memory, waits)
+    stalled = await stall(servers["proxy"], plan.reps)
+    _say("stall under a maximal request: done")
+    return render(results, turn_reps, memory, waits, stalled)
 
 
 def main(argv: list[str] | None = None) -> int:

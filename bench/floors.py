@@ -4,9 +4,9 @@ Each floor is a minimal Starlette + uvicorn app that forwards
 `/v1/chat/completions` and streams the answer back, with no history work.
 It does parse and re-serialise the body with orjson, because any proxy that
 looks at the messages must, so "proxy minus floor" is the cost of the history
-work itself (issue 5: "beyond parsing and re-serialising the body").
+work itself ("beyond parsing and re-serialising the body").
 
-Kinds, the choices issue 5 asks the benchmark to settle:
+Kinds, the choices the benchmark settles:
 - `httpx`: httpx with its default (httpcore) transport;
 - `httpx-aiohttp`: httpx's API over aiohttp (`httpx_aiohttp.AiohttpTransport`);
 - `aiohttp`: the aiohttp client directly, the practical limit for Python.

@@ -1,4 +1,4 @@
-"""LiteLLM's proxy as a measured baseline (issue 5: ">= 15x LiteLLM", a ratio in one run).
+"""LiteLLM's proxy as a measured baseline (target: ">= 15x LiteLLM", a ratio in one run).
 
 LiteLLM is not a dependency of this project: its proxy extra brings about
 740 MB and pins of its own, so it belongs in a virtualenv of its own:

@@ -64,7 +64,7 @@ def cells(litellm: bool = False) -> Iterator[list[Cell]]:
     """Scenario by scenario, the cells to run back to back.
 
     LiteLLM serves about a tenth of the proxy's requests a second; the
-    small bodies, where issue 5 compares with it, are enough.
+    small bodies, where the targets compare with it, are enough.
     """
     for body in ("small", "large", "steady"):
         for stream in (False, True):

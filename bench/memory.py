@@ -1,4 +1,4 @@
-"""Memory per stored conversation, for each store (issue 5, point 1).
+"""Memory per stored conversation, for each store.
 
 N conversations of M turns each are stored through the real proxy (full-
 history mode, unique content so nothing is shared), and the growth of the

@@ -1,10 +1,10 @@
-"""Per-turn cost against history length (issue 5, point 2).
+"""Per-turn cost against history length.
 
 Conversations of 10, 100 and 1,000 messages grow in full-history mode: a
 warm-up turn stores the history, then each measured turn resends all of it
 plus the stored answer and one new question. The proxy's CPU per measured
 turn is compared with the floor's CPU for the very same bodies, so "net" is
-what the proxy does beyond parsing and re-serialising the body; issue 5 asks
+what the proxy does beyond parsing and re-serialising the body; the target asks
 that it not grow with the history. (The proxy parses only a resent body's new
 bytes, so net can shrink as the history grows: the floor parses all of it.)
 

@@ -1,7 +1,7 @@
-"""Share of turns that waited on the summariser (issue 5, point 3).
+"""Share of turns that waited on the summariser.
 
 A second mock upstream answers chats after `ANSWER_DELAY_S` (a fast model)
-and summaries after `SUMMARY_DELAY_S` (the 1 s summariser of the issue);
+and summaries after `SUMMARY_DELAY_S` (a 1 s summariser);
 a proxy of its own sends it everything. Long conversations grow in
 full-history mode from a short opening, one turn at a time as an app plays
 them (each turn waits for the previous answer), and cross the `bench-small`

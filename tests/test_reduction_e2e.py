@@ -1,8 +1,8 @@
-"""Issue 3's checks through the real server: 300 turns with tool rounds on a small window.
+"""The reduction invariants through the real server: 300 turns with tool rounds on a small window.
 
 An app built on the official `openai` client talks to the proxy in front of a
 fake upstream that validates tool chains the way OpenAI does. Every forwarded
-request is checked against design.md's invariants.
+request is checked against the strategies' invariants (README, Strategies).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ QUESTION = "Remind me when my passport expires?"
 def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
     fake: tuple[FakeUpstream, str], tmp_path: Path, method: str
 ) -> None:
-    """Issue 7: the turn-6 fact comes back at turn 201; prefix share drops 5 points at most."""
+    """Recall: the turn-6 fact comes back at turn 201; prefix share drops 5 points at most."""
     upstream, upstream_url = fake
     counter = TokenCounter()
     shares: dict[bool, float] = {}
