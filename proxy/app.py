@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,9 +16,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import transports
 from .config import Settings
@@ -35,6 +38,7 @@ from .turn.pipeline import authorize, chat_completions
 from .upstream import (
     create_client,
     forward_headers,
+    refused_operator_key,
     response_headers,
     subpath,
     transport_error,
@@ -79,6 +83,7 @@ def create_app(
         ctx = AppContext(
             settings, client, the_store, counter or TokenCounter(), summarizer, metrics
         )
+        ctx.counter.preload()
         if settings.record.enabled:
             ctx.recorder = Recorder(settings.record.path)
         if settings.recall.enabled and settings.recall.method == "embeddings":
@@ -116,14 +121,26 @@ def create_app(
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestMetrics, metrics=metrics)],
-        exception_handlers={ProxyError: proxy_error, Exception: unexpected_error},
+        middleware=[Middleware(RequestMetrics, metrics=metrics), Middleware(DateHeader)],
+        exception_handlers={
+            ProxyError: proxy_error,
+            ClientDisconnect: client_gone,
+            Exception: unexpected_error,
+        },
     )
 
 
 async def proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
-    return Response(exc.body(), status_code=exc.status, media_type=JSON)
+    # After a body that never arrived, the connection is in an unknown state: close it.
+    headers = {"connection": "close"} if exc.status == 408 else None
+    return Response(exc.body(), status_code=exc.status, media_type=JSON, headers=headers)
+
+
+async def client_gone(request: Request, exc: Exception) -> Response:
+    # Nobody is left to read an answer; one line says what happened.
+    log.info("client disconnected while sending %s %s", request.method, request.url.path)
+    return Response(status_code=400)
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
@@ -133,6 +150,40 @@ async def unexpected_error(request: Request, exc: Exception) -> Response:
         "The proxy failed to handle this request.", type="proxy_error", code="proxy_internal_error"
     )
     return Response(body, status_code=502, media_type=JSON)
+
+
+class DateHeader:
+    """Pure ASGI middleware: a `Date` header on the responses the proxy makes itself.
+
+    `serve` turns uvicorn's own Date off, so a relayed answer carries the
+    upstream's Date alone instead of two that may disagree.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._second = 0
+        self._value = b""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def dated(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = message.get("headers") or []
+                if not any(name == b"date" for name, _ in headers):
+                    message["headers"] = [*headers, (b"date", self._now())]
+            await send(message)
+
+        await self.app(scope, receive, dated)
+
+    def _now(self) -> bytes:
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self._value = email.utils.formatdate(second, usegmt=True).encode()
+        return self._value
 
 
 async def passthrough(request: Request) -> Response:
@@ -166,6 +217,10 @@ async def passthrough(request: Request) -> Response:
         response = await ctx.client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
         raise transport_error(exc) from None
+    refused = refused_operator_key(ctx.settings.upstream, response.status_code)
+    if refused is not None:
+        await response.aclose()
+        return Response(refused, status_code=response.status_code, media_type=JSON)
     return StreamingResponse(
         response.aiter_raw(),
         status_code=response.status_code,

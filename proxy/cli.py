@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import gc
 import importlib
 import json
@@ -189,6 +190,9 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
     from .logs import configure as configure_logs
 
     configure_logs(settings.server.log_level, settings.server.log_format)
+    # A fatal signal (SIGBUS from a memory-mapped SQLite file that can no
+    # longer be written, say) then leaves a traceback on stderr, not silence.
+    faulthandler.enable()
     problem = store_problem(settings)
     if problem is not None:
         print(f"context-proxy: the store cannot be used: {problem}", file=sys.stderr)
@@ -201,6 +205,10 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
         "log_config": None,
         "proxy_headers": False,
         "server_header": False,
+        # A relayed answer carries the upstream's Date; the app dates its own.
+        "date_header": False,
+        "timeout_keep_alive": settings.server.keepalive_timeout_s,
+        "limit_concurrency": settings.server.limit_concurrency or None,
     }
     workers = settings.server.workers
     if workers > 1:
@@ -222,7 +230,11 @@ def store_problem(settings: Settings) -> str | None:
     import asyncio
 
     from .store import StoreError, open_store
+    from .store.sqlite import unwritable
 
+    problem = unwritable(settings.store.path)
+    if problem is not None:
+        return problem
     try:
         store = open_store("sqlite", path=settings.store.path, ttl_s=settings.store.ttl_s)
     except StoreError as exc:
@@ -238,6 +250,7 @@ def worker_app() -> Any:
 
     settings = ServeSource.loads(os.environ[WORKER_SOURCE]).load()
     configure_logs(settings.server.log_level, settings.server.log_format)
+    faulthandler.enable()
     return _app(settings)
 
 

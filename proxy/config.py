@@ -35,7 +35,21 @@ class ServerSettings:
     host: str = _doc("Address to listen on.", default="127.0.0.1")
     port: int = _doc("Port to listen on.", default=8787)
     max_body_bytes: int = _doc(
-        "Largest request body accepted; larger ones get 413.", default=32 * 1024 * 1024
+        "Largest request body accepted; larger ones get 413.", default=16 * 1024 * 1024
+    )
+    max_messages: int = _doc(
+        "Most messages (items) a conversation request may carry; more get 413.", default=20_000
+    )
+    body_timeout_s: float = _doc(
+        "Seconds a client may take to send a request's body before a 408.", default=60.0
+    )
+    keepalive_timeout_s: float = _doc(
+        "Seconds an idle client connection is kept open between requests.", default=5.0
+    )
+    limit_concurrency: int = _doc(
+        "Most connections and requests served at once; past it new ones get 503 (0: no "
+        "limit). Keep it below the process's open-file limit.",
+        default=900,
     )
     log_level: str = _doc("debug | info | warning | error.", default="info")
     log_format: str = _doc("text (human-readable) | json (one object per line).", default="text")
@@ -74,6 +88,12 @@ class UpstreamSettings:
         "upstream's own idle timeout (5 s for uvicorn-based servers such as vLLM): a "
         "request sent just as the upstream closes an idle connection fails with a 502.",
         default=4.0,
+    )
+    max_answer_bytes: int = _doc(
+        "Largest answer assembled for the archive (a whole answer's bytes, a streamed "
+        "one's text). A larger answer is relayed in full but not stored, and the log "
+        "says so; the next full-history request archives it.",
+        default=16 * 1024 * 1024,
     )
     transport: str = _doc(
         "reqwest (pyreqwest, Rust on a thread of its own, for whole answers; streamed "
@@ -184,6 +204,12 @@ class AuthSettings:
         "Allow an upstream.api_key without client_keys (an open relay); only for trusted networks.",
         default=False,
     )
+    require_client_key: str = _doc(
+        "auto | true | false. true: a request without an API key gets 401, since every "
+        "keyless client shares one tenant (and so one another's conversations). auto: "
+        "true when server.host is not a loopback address.",
+        default="auto",
+    )
 
 
 @dataclass(frozen=True)
@@ -196,6 +222,18 @@ class Settings:
     record: RecordSettings = field(default_factory=RecordSettings)
     models: ModelsSettings = field(default_factory=ModelsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def requires_client_key(settings: Settings) -> bool:
+    """Whether a request must carry an API key (`auth.require_client_key`)."""
+    choice = settings.auth.require_client_key
+    if choice == "auto":
+        host = settings.server.host
+        return not (host in LOOPBACK_HOSTS or host.startswith("127."))
+    return choice == "true"
 
 
 SECTIONS: dict[str, type[Any]] = {
@@ -289,6 +327,8 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
                 raise ValueError("expected a number")
             return float(value)
         if hint is str:
+            if isinstance(value, bool):  # `require_client_key = true` in TOML
+                return "true" if value else "false"
             if not isinstance(value, str | int | float):
                 raise ValueError("expected a string")
             return str(value)
@@ -314,6 +354,16 @@ def _validate(s: Settings) -> None:
     check(0 < s.server.port < 65536, "server.port", "must be between 1 and 65535")
     check(s.server.log_format in ("text", "json"), "server.log_format", "must be text or json")
     check(s.server.max_body_bytes > 0, "server.max_body_bytes", "must be positive")
+    check(s.server.max_messages > 0, "server.max_messages", "must be positive")
+    check(s.server.body_timeout_s > 0, "server.body_timeout_s", "must be positive")
+    check(s.server.keepalive_timeout_s > 0, "server.keepalive_timeout_s", "must be positive")
+    check(s.server.limit_concurrency >= 0, "server.limit_concurrency", "must not be negative")
+    check(s.upstream.max_answer_bytes > 0, "upstream.max_answer_bytes", "must be positive")
+    check(
+        s.auth.require_client_key in ("auto", "true", "false"),
+        "auth.require_client_key",
+        "must be auto, true or false",
+    )
     check(
         s.upstream.base_url.startswith(("http://", "https://")),
         "upstream.base_url",

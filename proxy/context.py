@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
-from .config import Settings
+from .config import Settings, requires_client_key
 from .embeddings import Embedder
 from .metrics import Metrics
 from .models import context_window
@@ -71,10 +71,12 @@ class AppContext:
     _policies: dict[tuple[str, bool], Policy] = field(default_factory=dict, repr=False)
     # The upstream is fixed by configuration, so its chat URL is parsed once.
     chat_url: httpx.URL = field(init=False)
+    require_key: bool = field(init=False)
 
     def __post_init__(self) -> None:
         base = self.settings.upstream.base_url
         self.chat_url = httpx.URL(upstream_url(base, "/v1/chat/completions"))
+        self.require_key = requires_client_key(self.settings)
 
     def policy(self, strategy: str, *, preparing: bool = True) -> Policy:
         """The strategy's policy; `preparing=False` turns summary preparation off.

@@ -7,6 +7,7 @@ upstream to judge, so new OpenAI fields and content part types pass through.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -17,18 +18,30 @@ from .errors import ProxyError
 from .messages import KNOWN_ROLES, Message
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing more than `limit` bytes before reading them all."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The whole body, refusing more than `limit` bytes before reading them all.
+
+    A client that takes longer than `timeout_s` to send it gets a 408, so a
+    slow sender cannot hold a connection and its buffers for ever.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ProxyError(
+            408,
+            f"The request body did not arrive within {timeout_s:g} s (server.body_timeout_s).",
+            code="request_timeout",
+        ) from None
     return b"".join(chunks)
 
 
@@ -44,6 +57,7 @@ def parse_chat(
     body: bytes,
     known: Callable[[dict[str, Any]], int] | None = None,
     parsed: Any = None,
+    max_messages: int | None = None,
 ) -> dict[str, Any]:
     """The chat request as a dict, or a 400 saying what is wrong.
 
@@ -72,6 +86,14 @@ def parse_chat(
         raise ProxyError(
             400, "'messages' is required and must be a non-empty array.", param="messages"
         )
+    if max_messages is not None and len(messages) > max_messages:
+        raise ProxyError(
+            413,
+            f"The request has {len(messages)} messages; the proxy accepts at most "
+            f"{max_messages} (server.max_messages).",
+            param="messages",
+            code="too_many_messages",
+        )
     for i in range(known(payload) if known is not None else 0, len(messages)):
         check_message(messages[i], f"messages[{i}]")
     for key in ("max_tokens", "max_completion_tokens"):
@@ -85,9 +107,16 @@ def parse_chat(
     return payload
 
 
+# Deeper than this, a message could not be written back as JSON (orjson stops
+# at 254 levels, and the store and the summariser wrap messages in a few more).
+MAX_DEPTH = 100
+
+
 def check_message(message: Any, where: str) -> None:
     if not isinstance(message, dict):
         raise ProxyError(400, f"{where} must be an object.", param=where)
+    if nested_deeper(message, MAX_DEPTH):
+        raise ProxyError(400, f"{where} is nested more than {MAX_DEPTH} levels deep.", param=where)
     role = message.get("role")
     if not isinstance(role, str) or role not in KNOWN_ROLES:
         raise ProxyError(
@@ -116,6 +145,20 @@ def check_message(message: Any, where: str) -> None:
             f"{where}.tool_call_id is required for tool messages.",
             param=f"{where}.tool_call_id",
         )
+
+
+def nested_deeper(value: Any, limit: int) -> bool:
+    """Whether `value` holds arrays or objects more than `limit` levels deep."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
 
 
 def reserved_output(payload: dict[str, Any]) -> int:

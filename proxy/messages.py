@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 import xxhash
 
+from .errors import ProxyError
+
 Message = dict[str, Any]
 
 LEADING_ROLES = frozenset({"system", "developer"})
@@ -83,8 +85,15 @@ def last_user_index(messages: Sequence[Message]) -> int:
 
 
 def canonical(message: Message) -> bytes:
-    """Sorted keys, so equal messages hash equally whatever key order a client uses."""
-    return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    """Sorted keys, so equal messages hash equally whatever key order a client uses.
+
+    A message JSON cannot write back (nested past orjson's limit) is the
+    client's error, whichever stage meets it first.
+    """
+    try:
+        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        raise ProxyError(400, "A message is nested too deep to be encoded as JSON.") from None
 
 
 def digest(message: Message) -> bytes:

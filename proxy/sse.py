@@ -19,22 +19,32 @@ class SSEDecoder:
     """Incremental server-sent-events parser: bytes in, `data` payloads out.
 
     Events may be split across network chunks anywhere, including inside a
-    multi-byte character, so decoding happens per complete line.
+    multi-byte character, so decoding happens per complete line. Bytes
+    without a line break wait in a list and are joined once, when the line
+    ends, so a stream that sends no line break costs linear time. A line
+    longer than `max_line` bytes is dropped and `overflowed` says so.
     """
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_line: int | None = None) -> None:
+        self._pending: list[bytes] = []
+        self._pending_size = 0
         self._data: list[bytes] = []
+        self._max_line = max_line
+        self.overflowed = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        self._buffer += chunk
+        if b"\n" not in chunk:
+            self._hold(chunk)
+            return []
+        if self._pending:
+            chunk = b"".join(self._pending) + chunk
+            self._pending = []
+            self._pending_size = 0
+        *lines, rest = chunk.split(b"\n")
+        self._hold(rest)
         events: list[bytes] = []
-        while True:
-            cut = self._buffer.find(b"\n")
-            if cut < 0:
-                break
-            line = self._buffer[:cut].rstrip(b"\r")
-            self._buffer = self._buffer[cut + 1 :]
+        for raw in lines:
+            line = raw.rstrip(b"\r")
             if not line:
                 if self._data:
                     events.append(b"\n".join(self._data))
@@ -44,9 +54,20 @@ class SSEDecoder:
                 self._data.append(value[1:] if value.startswith(b" ") else value)
         return events
 
+    def _hold(self, piece: bytes) -> None:
+        if not piece:
+            return
+        self._pending_size += len(piece)
+        if self._max_line is not None and self._pending_size > self._max_line:
+            self.overflowed = True
+            self._pending = []
+            self._pending_size = 0
+            return
+        self._pending.append(piece)
+
     def flush(self) -> list[bytes]:
         """Events left when the stream ended without a final blank line."""
-        events = self.feed(b"\n\n") if self._buffer else []
+        events = self.feed(b"\n\n") if self._pending else []
         if self._data:
             events.append(b"\n".join(self._data))
             self._data = []
@@ -54,10 +75,22 @@ class SSEDecoder:
 
 
 class StreamAssembler:
-    """Merges `chat.completion.chunk` deltas of choice 0 into one assistant message."""
+    """Merges `chat.completion.chunk` deltas of choice 0 into one assistant message.
 
-    def __init__(self) -> None:
-        self.decoder = SSEDecoder()
+    It only observes what is relayed, so it never raises on what the upstream
+    sends: a chunk it cannot merge (a tool-call index that is not a small
+    integer, say) sets `broken`, and an answer whose assembled text passes
+    `limit` characters (or a line of the stream `limit` bytes) sets
+    `too_large`. Either way the answer is relayed whole but is not complete,
+    so the turn is not stored from it.
+    """
+
+    MAX_TOOL_CALLS = 1024
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.decoder = SSEDecoder(max_line=limit)
+        self.limit = limit
+        self.size = 0
         self.content: list[str] = []
         self.refusal: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
@@ -65,19 +98,33 @@ class StreamAssembler:
         self.usage: dict[str, Any] | None = None
         self.done = False
         self.error: Any = None
+        self.broken: str | None = None
+
+    @property
+    def too_large(self) -> bool:
+        return self.decoder.overflowed or (self.limit is not None and self.size > self.limit)
 
     def feed(self, chunk: bytes) -> None:
+        if self.too_large:
+            return
         for data in self.decoder.feed(chunk):
             self._event(data)
 
     def close(self) -> None:
+        if self.too_large:
+            return
         for data in self.decoder.flush():
             self._event(data)
 
     @property
     def complete(self) -> bool:
-        """The upstream finished the answer (a finish_reason or `[DONE]`) without an error."""
-        return self.error is None and (self.done or self.finish_reason is not None)
+        """The upstream finished a usable answer (a finish_reason or `[DONE]`) without an error."""
+        return (
+            self.error is None
+            and self.broken is None
+            and not self.too_large
+            and (self.done or self.finish_reason is not None)
+        )
 
     def _event(self, data: bytes) -> None:
         if data.strip() == b"[DONE]":
@@ -99,27 +146,36 @@ class StreamAssembler:
                 self._choice(choice)
 
     def _choice(self, choice: dict[str, Any]) -> None:
-        if choice.get("finish_reason"):
+        if isinstance(choice.get("finish_reason"), str):
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             return
         if isinstance(delta.get("content"), str):
             self.content.append(delta["content"])
+            self.size += len(delta["content"])
         if isinstance(delta.get("refusal"), str):
             self.refusal.append(delta["refusal"])
-        for part in delta.get("tool_calls") or ():
+            self.size += len(delta["refusal"])
+        calls = delta.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            self.broken = "tool_calls is not a list"
+            return
+        for part in calls or ():
             if isinstance(part, dict):
                 self._tool_call(part)
 
     def _tool_call(self, part: dict[str, Any]) -> None:
         index = part.get("index", len(self.tool_calls))
+        if type(index) is not int or not 0 <= index < self.MAX_TOOL_CALLS:
+            self.broken = f"a tool-call delta has the index {str(index)[:40]!r}"
+            return
         call = self.tool_calls.setdefault(
             index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
         )
-        if part.get("id"):
+        if isinstance(part.get("id"), str) and part["id"]:
             call["id"] = part["id"]
-        if part.get("type"):
+        if isinstance(part.get("type"), str) and part["type"]:
             call["type"] = part["type"]
         fn = part.get("function")
         if isinstance(fn, dict):
@@ -127,6 +183,7 @@ class StreamAssembler:
                 call["function"]["name"] += fn["name"]
             if isinstance(fn.get("arguments"), str):
                 call["function"]["arguments"] += fn["arguments"]
+                self.size += len(fn["arguments"])
 
     def message(self) -> Message:
         content = "".join(self.content)

@@ -9,10 +9,12 @@ token estimate and says so once.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
 import operator
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -34,6 +36,9 @@ IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_HIGH = 765
 AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
 ROLES_KEPT = 256
+# New messages from which a request's counting leaves the event loop's thread:
+# below it, the hop to a thread costs more than the counting.
+OFF_LOOP_MESSAGES = 256
 
 _O200K_PREFIXES = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "chatgpt-4o", "o1", "o3", "o4")
 _CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding")
@@ -86,6 +91,14 @@ class TokenCounter:
         self._roles: dict[tuple[str, str], int] = {}
         self._warned = False
 
+    def preload(self, encoding: str = "o200k_base") -> None:
+        """Load an encoding on a daemon thread, so the first request does not wait for it.
+
+        Loading takes most of a second (longer where tiktoken tries the
+        network); a daemon thread never holds up the server's start or stop.
+        """
+        threading.Thread(target=self.encoder, args=(encoding,), daemon=True).start()
+
     def encoder(self, encoding: str) -> Encoder | None:
         if encoding not in self._encoders:
             try:
@@ -126,6 +139,34 @@ class TokenCounter:
             cached = self._count_uncached(encoding, message)
             self._cache[cache_key] = cached
         return cached
+
+    async def prime(
+        self, model: str, messages: Sequence[Message], digests: Sequence[bytes] | None = None
+    ) -> None:
+        """Count, on a worker thread, the messages the cache lacks, when they are many.
+
+        tiktoken releases the GIL while it encodes, so a request carrying
+        thousands of new messages is counted while the event loop serves
+        everyone else. The counts enter the cache here, on the loop's thread
+        (cachetools is not thread-safe); `count_message` then finds them.
+        """
+        if len(messages) < OFF_LOOP_MESSAGES:
+            return
+        encoding = encoding_name_for(model)
+        keys = digests if digests is not None else [digest(m) for m in messages]
+        missing = [
+            (m, k) for m, k in zip(messages, keys, strict=True) if (encoding, k) not in self._cache
+        ]
+        if len(missing) < OFF_LOOP_MESSAGES:
+            return
+        self.encoder(encoding)  # loaded here, so the thread only reads the encoders
+
+        def count_all() -> list[int]:
+            return [self._count_uncached(encoding, m) for m, _ in missing]
+
+        counts = await asyncio.to_thread(count_all)
+        for (_, key), count in zip(missing, counts, strict=True):
+            self._cache[(encoding, key)] = count
 
     def count_messages(self, model: str, messages: Iterable[Message]) -> int:
         """Prompt tokens of a request's messages, including the reply priming."""

@@ -17,7 +17,7 @@ import orjson
 
 from . import transports
 from .config import UpstreamSettings
-from .errors import ProxyError, UpstreamError
+from .errors import ProxyError, UpstreamError, error_body
 
 # RFC 9110 §7.6.1 connection-specific headers, plus those httpx recomputes.
 HOP_BY_HOP = frozenset(
@@ -228,6 +228,9 @@ def upstream_url(base_url: str, path: str, query: str = "") -> str:
     return f"{url}?{query}" if query else url
 
 
+NOT_RELAYED = HOP_BY_HOP | {"server"}
+
+
 def forward_headers(
     headers: Iterable[tuple[str, str]], settings: UpstreamSettings
 ) -> dict[str, str]:
@@ -244,6 +247,10 @@ def forward_headers(
             continue
         if replaced and lower in CREDENTIALS:
             continue
+        if not value.isascii():  # HTTP clients send ASCII header values only
+            raise ProxyError(
+                400, f"The {lower} header holds bytes outside ASCII.", code="invalid_header"
+            )
         out[lower] = value
     if replaced:
         out["authorization"] = f"Bearer {settings.api_key}"
@@ -251,8 +258,29 @@ def forward_headers(
 
 
 def response_headers(headers: httpx.Headers) -> dict[str, str]:
-    """Upstream response headers safe to relay (the server sets framing itself)."""
-    return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
+    """Upstream response headers safe to relay: not framing (the server sets it), not `Server`.
+
+    The upstream's `Server` says what runs behind the proxy, which is the
+    operator's to disclose, not every client's to read.
+    """
+    return {k: v for k, v in headers.items() if k.lower() not in NOT_RELAYED}
+
+
+def refused_operator_key(settings: UpstreamSettings, status: int) -> bytes | None:
+    """The proxy's own body for an upstream 401/403 to the operator's key, else None.
+
+    The upstream's body names the key it refused (masked), which is the
+    operator's, not the client's: clients learn that the proxy's
+    configuration is at fault, and nothing of the key.
+    """
+    if not settings.api_key or status not in (401, 403):
+        return None
+    return error_body(
+        "The upstream refused the proxy's own API key (upstream.api_key); "
+        "the proxy's operator must fix its configuration.",
+        type="upstream_error",
+        code="upstream_refused_proxy_key",
+    )
 
 
 def transport_error(exc: httpx.HTTPError) -> UpstreamError:

@@ -7,10 +7,15 @@ a fake upstream that records what reached it.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import logging
 import random
+import socket
 import string
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,12 +23,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
-from proxy.config import load_settings
+from proxy.config import load_settings, requires_client_key
 from proxy.metrics import route_of
 from proxy.upstream import subpath
 
 from .fake_upstream import FakeUpstream, create_fake_upstream
-from .servers import run_server
+from .servers import free_port, proxy_process, run_server
 
 pytestmark = pytest.mark.integration
 
@@ -47,20 +52,28 @@ ESCAPES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[FakeUpstream, str]]:
+@contextlib.contextmanager
+def proxy_before_fake_upstream(**env: str) -> Iterator[tuple[FakeUpstream, str]]:
+    """The proxy (memory store, `env` on top) in front of a recording fake upstream."""
     upstream = create_fake_upstream()
     with run_server(upstream.app) as upstream_url:
         settings = load_settings(
             env={
                 "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url + "/v1",
-                "CONTEXT_PROXY_UPSTREAM_API_KEY": OPERATOR_KEY,
-                "CONTEXT_PROXY_AUTH_CLIENT_KEYS": CLIENT_KEY,
                 "CONTEXT_PROXY_STORE_BACKEND": "memory",
+                **{"CONTEXT_PROXY_" + k: v for k, v in env.items()},
             }
         )
         with run_server(create_app(settings)) as url:
             yield upstream, url
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[FakeUpstream, str]]:
+    with proxy_before_fake_upstream(
+        UPSTREAM_API_KEY=OPERATOR_KEY, AUTH_CLIENT_KEYS=CLIENT_KEY
+    ) as stack:
+        yield stack
 
 
 @pytest.fixture
@@ -210,3 +223,156 @@ def test_a_wrong_key_is_refused_before_the_body_is_read(
         )
     assert r.status_code == 401
     assert r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_header_outside_ascii_is_a_400_not_a_502(stack: tuple[FakeUpstream, str]) -> None:
+    upstream, url = stack
+    host, port = url.removeprefix("http://").split(":")
+    body = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+    for path in ("/v1/chat/completions", "/v1/models"):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                f"POST {path} HTTP/1.1\r\nHost: x\r\n".encode()
+                + f"Authorization: Bearer {CLIENT_KEY}\r\n".encode()
+                + b"Content-Type: application/json\r\nX-Note: caf\xe9\r\n"
+                + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+            answer = read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"invalid_header" in answer
+    assert upstream.requests == []
+
+
+def test_content_nested_too_deep_to_re_encode_is_a_400(stack: tuple[FakeUpstream, str]) -> None:
+    upstream, url = stack
+    for depth in (120, 300, 1000):
+        content = "[" * depth + "]" * depth
+        body = (
+            '{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": ' + content + "}]}"
+        )
+        with httpx.Client(base_url=url) as client:
+            r = client.post(
+                "/v1/chat/completions",
+                content=body.encode(),
+                headers={
+                    "authorization": f"Bearer {CLIENT_KEY}",
+                    "content-type": "application/json",
+                },
+            )
+        assert r.status_code == 400, (depth, r.text)
+        assert "nested" in r.json()["error"]["message"]
+    assert upstream.chat_requests() == []
+
+
+def read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+@pytest.fixture(scope="module")
+def open_proxy() -> Iterator[tuple[FakeUpstream, str]]:
+    """Keyless clients required to send a key, and a short body deadline."""
+    with proxy_before_fake_upstream(
+        AUTH_REQUIRE_CLIENT_KEY="true", SERVER_BODY_TIMEOUT_S="0.5"
+    ) as stack:
+        yield stack
+
+
+def test_keyless_requests_are_refused_where_a_key_is_required(
+    open_proxy: tuple[FakeUpstream, str],
+) -> None:
+    upstream, url = open_proxy
+    upstream.requests.clear()
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(base_url=url) as client:
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"
+        assert client.get("/v1/models").status_code == 401
+        assert upstream.requests == []
+        r = client.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer a"})
+        assert r.status_code == 200
+
+
+def test_require_client_key_follows_the_listening_address() -> None:
+    def required(**env: str) -> bool:
+        return requires_client_key(
+            load_settings(env={"CONTEXT_PROXY_" + k: v for k, v in env.items()})
+        )
+
+    assert not required()
+    assert not required(SERVER_HOST="::1")
+    assert required(SERVER_HOST="0.0.0.0")
+    assert required(SERVER_HOST="10.1.2.3")
+    assert not required(SERVER_HOST="0.0.0.0", AUTH_REQUIRE_CLIENT_KEY="false")
+    assert required(AUTH_REQUIRE_CLIENT_KEY="true")
+
+
+def test_a_body_sent_too_slowly_gets_a_408_and_frees_the_connection(
+    open_proxy: tuple[FakeUpstream, str],
+) -> None:
+    _, url = open_proxy
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        started = time.monotonic()
+        answer = read_all(sock)
+        closed_after = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert closed_after < 3, "the server closes the connection with the 408"
+    assert b"body_timeout_s" in answer
+
+
+def test_a_client_gone_during_the_body_is_one_info_line(
+    open_proxy: tuple[FakeUpstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = open_proxy
+    host, port = url.removeprefix("http://").split(":")
+    caplog.set_level(logging.INFO)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        time.sleep(0.1)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(
+        "disconnected" in r.getMessage() for r in caplog.records
+    ):
+        time.sleep(0.02)
+    gone = [r for r in caplog.records if "disconnected" in r.getMessage()]
+    assert len(gone) == 1 and gone[0].levelno == logging.INFO
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_served_answers_carry_one_date_and_no_upstream_server_header(tmp_path: Path) -> None:
+    upstream = create_fake_upstream()
+    with run_server(upstream.app) as upstream_url:
+        port = free_port()
+        process = proxy_process(
+            port,
+            CONTEXT_PROXY_UPSTREAM_BASE_URL=upstream_url + "/v1",
+            CONTEXT_PROXY_STORE_PATH=str(tmp_path / "p.db"),
+        )
+        try:
+            body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+                auth = {"authorization": "Bearer k"}
+                for r in (
+                    client.post("/v1/chat/completions", json=body, headers=auth),
+                    client.get("/v1/models", headers=auth),
+                    client.get("/healthz"),
+                    client.post("/v1/chat/completions", content=b"{", headers=auth),
+                ):
+                    assert len(r.headers.get_list("date")) == 1, r.headers
+                    assert "uvicorn" not in r.headers.get("server", "")
+        finally:
+            process.terminate()
+            process.wait(10)

@@ -117,14 +117,64 @@ def test_a_full_disk_turns_healthz_and_append_turns_to_503_until_it_has_room(
 
 
 def test_a_store_that_cannot_be_opened_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    line = refused_start({"CONTEXT_PROXY_STORE_PATH": str(tmp_path / "no" / "such" / "x.db")})
+    assert "the store cannot be used" in line
+
+
+def refused_start(env: dict[str, str]) -> str:
+    """Run `serve` expecting it to refuse to start: exit 2 and one line on stderr, returned."""
     done = subprocess.run(
         [sys.executable, "-m", "proxy", "serve"],
-        env={**os.environ, "CONTEXT_PROXY_STORE_PATH": str(tmp_path / "no" / "such" / "x.db")},
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert done.returncode == 2
+    assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the store cannot be used" in lines[0], done.stderr
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def immutable(path: Path) -> contextlib.AbstractContextManager[None]:
+    """`chattr +i` on `path` for the block: unwritable even for root (skips where unsupported)."""
+
+    @contextlib.contextmanager
+    def block() -> Iterator[None]:
+        made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+        if made.returncode != 0 or os.access(path, os.W_OK):
+            pytest.skip(f"cannot make {path} immutable here: {made.stderr!r}")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=False)
+
+    return block()
+
+
+def test_an_unwritable_shared_memory_file_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "p.db"
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+    shm = Path(str(db) + "-shm")
+    shm.write_bytes(b"")
+    with immutable(shm):
+        line = refused_start({"CONTEXT_PROXY_STORE_PATH": str(db)})
+    assert "p.db-shm is not writable" in line
+
+
+def test_a_fatal_signal_leaves_a_traceback_on_stderr(tmp_path: Path) -> None:
+    """SQLite's memory-mapped files can raise SIGBUS; the process must not die silently."""
+    import signal
+
+    from .servers import free_port, proxy_process
+
+    port = free_port()
+    process = proxy_process(port, capture=True, CONTEXT_PROXY_STORE_PATH=str(tmp_path / "p.db"))
+    process.send_signal(signal.SIGBUS)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGBUS
+    assert b"Fatal Python error: Bus error" in err, err[-2000:]

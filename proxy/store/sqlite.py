@@ -500,9 +500,7 @@ class SqliteStore(search.Searchable):
             return f"the database file {self.path} is gone"
         if (found.st_dev, found.st_ino) != self._identity:
             return f"the database file {self.path} was replaced"
-        if not os.access(self.path, os.W_OK):
-            return f"the database file {self.path} is not writable"
-        return None
+        return unwritable(self.path)
 
     def _forget_rows(self) -> None:
         """After writes were undone: no remembered row is known to match the file any more."""
@@ -909,6 +907,18 @@ class SqliteStore(search.Searchable):
         if self._checkpoint_db is not None:
             self._checkpoint_db.close()
             self._checkpoint_db = None
+
+
+def unwritable(path: str) -> str | None:
+    """Which of the database's files exists but cannot be written, said as a problem.
+
+    SQLite maps the `-shm` file into memory; one it cannot write makes every
+    write fail, or worse, so it is checked with the database file itself.
+    """
+    for name in (path, path + "-wal", path + "-shm"):
+        if os.path.exists(name) and not os.access(name, os.W_OK):
+            return f"the database file {name} is not writable"
+    return None
 
 
 def _weight(recent: _Recent) -> int:

@@ -84,6 +84,7 @@ async def _append(ctx: AppContext, key: ConvKey, messages: list[Message], model:
             code="conversation_not_found",
         )
     turn = conv.reconcile_append(messages, stored.working, stored.state, stored.position + 1)
+    await ctx.counter.prime(model, turn.history)
     count = RequestCounts(ctx.counter, model, turn.history, None, None, 0)
     return Loaded(turn, count, False, stored.turns, None, None, stored.head)
 
@@ -99,6 +100,7 @@ async def _full(
         *(known.hashes[:seen] if known else ()),
         *chain_hashes(messages[seen:], parent, digests=digests[seen:]),
     ]
+    await ctx.counter.prime(model, messages[seen:], digests[seen:])
     counts: list[int] | None = None
     if known is not None and known.model == model:
         fresh = zip(messages[seen:], digests[seen:], strict=True)

@@ -23,14 +23,16 @@ from ..messages import Message
 from ..outcome import Outcome
 from ..reduction.types import STRATEGIES
 from ..store import ConvKey
-from ..upstream import bearer_token, forward_headers, response_headers
+from ..upstream import bearer_token, forward_headers, refused_operator_key, response_headers
 from .load import load
 from .recall import recall_into
 from .reduce import reduce_turn, with_kind
-from .relay import forward_body, read_whole, relay, send
+from .relay import Oversized, forward_body, read_whole, relay, send
 
 access = logging.getLogger("context_proxy.access")
 ROUTE = "/v1/chat/completions"
+# Set on an answer that was relayed but not stored (the turn is archived by the next one).
+NOT_STORED = "x-context-not-stored"
 
 
 async def chat_completions(request: Request) -> Response:
@@ -39,9 +41,10 @@ async def chat_completions(request: Request) -> Response:
     given = header_map(request)
     authorize(ctx, given)  # before the body is read: a wrong key costs nothing
     check_content_type(given.get("content-type"))
-    body = await read_body(request, ctx.settings.server.max_body_bytes)
+    server = ctx.settings.server
+    body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
     resend = Resend(ctx.sessions, given, body, enabled=ctx.settings.server.fast_path)
-    payload = parse_chat(body, resend, resend.reparse())
+    payload = parse_chat(body, resend, resend.reparse(), server.max_messages)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode, strategy = options(ctx, given)
@@ -73,14 +76,23 @@ async def chat_completions(request: Request) -> Response:
             headers={**response_headers(response.headers), **outcome.headers()},
         )
     try:
-        content = await read_whole(ctx, response, outcome)  # relay and commit
-    finally:
+        answer = await read_whole(ctx, response, outcome)  # relay and commit
+    except BaseException:
         await response.aclose()
         release()
+        raise
     ok = response.status_code == 200
     extra = outcome.headers() if ok else {"x-conversation-id": key.conversation}
+    if isinstance(answer, Oversized):
+        return StreamingResponse(
+            answer.chunks(release),
+            status_code=response.status_code,
+            headers={**response_headers(response.headers), **extra, NOT_STORED: "too-large"},
+        )
+    await response.aclose()
+    release()
     return Response(
-        content,
+        refused_operator_key(ctx.settings.upstream, response.status_code) or answer,
         status_code=response.status_code,
         headers={**response_headers(response.headers), **extra},
     )
@@ -164,10 +176,21 @@ def header_map(request: Request) -> dict[str, str]:
 
 
 def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
+    """Refuse a wrong client key, and a missing one where keyless clients are not allowed.
+
+    The tenant is the key's hash, so keyless clients would share one tenant.
+    """
     api_key = bearer_token(headers)
     keys = ctx.settings.auth.client_keys
     if keys and not any(hmac.compare_digest(api_key.encode(), k.encode()) for k in keys):
         raise ProxyError(401, "Incorrect API key provided for this proxy.", code="invalid_api_key")
+    if not api_key and ctx.require_key:
+        raise ProxyError(
+            401,
+            "This proxy requires an API key (Authorization: Bearer ...): requests without "
+            "one would share their conversations with every other keyless client.",
+            code="missing_api_key",
+        )
 
 
 def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:

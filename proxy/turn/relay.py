@@ -10,13 +10,16 @@ response) leaves nothing half-written.
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 
+from ..errors import ProxyError
 from ..messages import Message
 from ..outcome import Outcome
 from ..sse import StreamAssembler, message_from_completion
@@ -25,6 +28,8 @@ from .commit import commit
 
 if TYPE_CHECKING:
     from ..context import AppContext
+
+log = logging.getLogger("context_proxy.relay")
 
 
 def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Message]) -> bytes:
@@ -38,7 +43,10 @@ def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Messag
     sent = payload["messages"]
     if len(messages) == len(sent) and all(map(operator.is_, messages, sent)):
         return body
-    return orjson.dumps({**payload, "messages": list(messages)})
+    try:
+        return orjson.dumps({**payload, "messages": list(messages)})
+    except orjson.JSONEncodeError as exc:  # a field nested past what JSON writers accept
+        raise ProxyError(400, f"The request cannot be re-encoded as JSON: {exc}.") from None
 
 
 async def send(
@@ -61,7 +69,7 @@ async def relay(
     ctx: AppContext, response: httpx.Response, outcome: Outcome, release: Callable[[], None]
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
-    assembler = StreamAssembler()
+    assembler = StreamAssembler(limit=ctx.settings.upstream.max_answer_bytes)
     ctx.metrics.active_streams.inc()
     committed = False
     try:
@@ -74,6 +82,8 @@ async def relay(
         assembler.close()
         if assembler.complete and not committed:
             await commit(ctx, outcome, assembler.message())
+        elif not committed:
+            not_stored(outcome, assembler.broken or ("too large" if assembler.too_large else ""))
     except httpx.HTTPError as exc:
         # Headers are gone already; end the stream with an OpenAI-style error event.
         err = transport_error(exc)
@@ -84,14 +94,63 @@ async def relay(
         release()
 
 
-async def read_whole(ctx: AppContext, response: httpx.Response, outcome: Outcome) -> bytes:
-    """A JSON answer, read whole; the turn is committed if it is a completed answer."""
-    content = await response.aread()
+@dataclass
+class Oversized:
+    """A whole answer past `upstream.max_answer_bytes`: what was read, and the rest to relay."""
+
+    head: list[bytes]
+    rest: AsyncIterator[bytes]
+    response: httpx.Response
+
+    async def chunks(self, release: Callable[[], None]) -> AsyncIterator[bytes]:
+        try:
+            for chunk in self.head:
+                yield chunk
+            async for chunk in self.rest:
+                yield chunk
+        finally:
+            await self.response.aclose()
+            release()
+
+
+async def read_whole(
+    ctx: AppContext, response: httpx.Response, outcome: Outcome
+) -> bytes | Oversized:
+    """A JSON answer, read whole; the turn is committed if it is a completed answer.
+
+    An answer past `upstream.max_answer_bytes` is not held: the caller relays
+    it as it comes, and the turn is not stored.
+    """
+    limit = ctx.settings.upstream.max_answer_bytes
+    if response.is_stream_consumed:  # a transport that read it whole already (httpx's mocks)
+        content = response.content
+    else:
+        chunks: list[bytes] = []
+        size = 0
+        raw = response.aiter_raw()
+        async for chunk in raw:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                not_stored(outcome, "too large")
+                return Oversized(chunks, raw, response)
+        content = b"".join(chunks)
     if response.status_code == 200:
         answer = message_from_completion(_json(content))
         if answer is not None:
             await commit(ctx, outcome, answer)
     return content
+
+
+def not_stored(outcome: Outcome, why: str) -> None:
+    """Say once why a 200 answer was relayed but its turn not stored (empty: it did not finish)."""
+    if why:
+        log.warning(
+            "conversation=%s answer relayed but not stored: %s",
+            outcome.key.conversation,
+            why,
+            extra={"conversation": outcome.key.conversation, "not_stored": why},
+        )
 
 
 def _json(content: bytes) -> Any:
