@@ -69,14 +69,21 @@ class AppContext:
     # built once per distinct input instead of once per request.
     _budgets: dict[tuple[str, int], Budget] = field(default_factory=dict, repr=False)
     _policies: dict[tuple[str, bool], Policy] = field(default_factory=dict, repr=False)
-    # The upstream is fixed by configuration, so its chat URL is parsed once.
-    chat_url: httpx.URL = field(init=False)
+    # The upstream is fixed by configuration, so each route's URL is parsed once.
+    _urls: dict[str, httpx.URL] = field(default_factory=dict, repr=False)
     require_key: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        base = self.settings.upstream.base_url
-        self.chat_url = httpx.URL(upstream_url(base, "/v1/chat/completions"))
         self.require_key = requires_client_key(self.settings)
+
+    def url_for(self, path: str) -> httpx.URL:
+        """The upstream URL of a wire format's route (`path` is fixed by the dialect)."""
+        found = self._urls.get(path)
+        if found is None:
+            found = self._urls[path] = httpx.URL(
+                upstream_url(self.settings.upstream.base_url, path)
+            )
+        return found
 
     def policy(self, strategy: str, *, preparing: bool = True) -> Policy:
         """The strategy's policy; `preparing=False` turns summary preparation off.

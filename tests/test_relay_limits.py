@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.conversation import tenant_of
-from proxy.sse import SSEDecoder, StreamAssembler
+from proxy.dialects.chat_answer import StreamAssembler
+from proxy.sse import SSEDecoder
 from proxy.store import ConvKey
 
 from .factories import user

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from proxy import conversation as conv
 from proxy.config import SECTIONS, load_settings
+from proxy.dialects.chat_answer import StreamAssembler, message_from_completion
 from proxy.errors import ConfigError
 from proxy.messages import chain_hashes, message_hash
 from proxy.models import context_window
 from proxy.reduction.types import ReductionState, SummaryBlock
-from proxy.sse import SSEDecoder, StreamAssembler, message_from_completion
+from proxy.sse import SSEDecoder
 from proxy.tokens import (
     ROLES_KEPT,
     TOKENS_PER_MESSAGE,

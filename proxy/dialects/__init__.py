@@ -1,17 +1,19 @@
-"""Wire formats ("dialects"), and the one question the reduction core asks of them: what an item is.
+"""Wire formats ("dialects"): what the core asks of an item, and the pipeline of a route.
 
 The core works on a history of items, each the client's own JSON object,
 forwarded byte for byte when kept. It never looks inside one: it asks the
 dialect whether an item is an instruction, opens a user's turn, makes tool
 calls or answers one, or must travel with the item after it (reasoning and
 thinking items), and asks it to render what the core adds (a summary, a
-placeholder for a missing tool result). Chat completions is the first
-dialect (`chat_completions.CHAT`).
+placeholder for a missing tool result). The turn pipeline asks a `Wire`
+the rest: parse a request, write the reduced history back, read the
+answer. Chat completions is the first dialect (`chat_completions.CHAT`
+and `chat_completions.CHAT_WIRE`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 Item = dict[str, Any]
@@ -65,4 +67,79 @@ class Dialect(Protocol):
 
     def placeholder(self, call_id: str, text: str) -> Item:
         """A result closing call `call_id`, whose real result the client did not send."""
+        ...
+
+
+class Assembler(Protocol):
+    """Rebuilds the answer's item from a streamed answer, fed the bytes as they are relayed.
+
+    It only observes: it never raises on what the upstream sends. An answer
+    it cannot assemble sets `broken`, one past its limit `too_large`; either
+    way it is not `complete`, and the turn is not stored from it.
+    """
+
+    done: bool
+    broken: str | None
+
+    @property
+    def too_large(self) -> bool: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    def feed(self, chunk: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def message(self) -> Item: ...
+
+
+class Wire(Protocol):
+    """One wire format's requests and answers, as the turn pipeline uses them.
+
+    `items` is what the reduction core asks of the history's items; the rest
+    reads a request into a payload and its history, writes the reduced
+    history back, and reads the answer.
+    """
+
+    @property
+    def items(self) -> Dialect: ...
+
+    @property
+    def upstream_path(self) -> str:
+        """Where the reduced request goes, under the upstream's base URL."""
+        ...
+
+    def parse(
+        self,
+        body: bytes,
+        known: Callable[[dict[str, Any]], int] | None,
+        parsed: Any,
+        max_items: int,
+    ) -> dict[str, Any]:
+        """The request as a payload, or a 400/413 saying what is wrong.
+
+        `known(payload)` says how many leading items were checked on an
+        earlier turn; `parsed` is the body already parsed, if it was.
+        """
+        ...
+
+    def history(self, payload: dict[str, Any]) -> list[Item]:
+        """The payload's items, the same objects (kept items are forwarded as they are)."""
+        ...
+
+    def reserved_output(self, payload: dict[str, Any]) -> int:
+        """Tokens the request keeps free for the answer."""
+        ...
+
+    def streams(self, payload: dict[str, Any]) -> bool: ...
+
+    def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
+        """The upstream's request body with the reduced history in the payload's place."""
+        ...
+
+    def assembler(self, limit: int) -> Assembler: ...
+
+    def answer(self, content: bytes) -> Item | None:
+        """The item a whole (not streamed) answer adds to the history; None if it is none."""
         ...

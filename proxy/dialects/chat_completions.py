@@ -1,18 +1,23 @@
-"""OpenAI's `/v1/chat/completions` messages, as the reduction core sees them.
+"""OpenAI's `/v1/chat/completions`: its messages as the core sees them, and the route's wire.
 
 A message is an item. An assistant message with `tool_calls` makes calls,
 a `tool` message answers the call its `tool_call_id` names, and system and
-developer messages are instructions. Chat has no opaque items.
+developer messages are instructions. Chat has no opaque items. Requests
+are read and written in `chat_request.py`, answers in `chat_answer.py`.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
+from typing import Any
+
+import orjson
 
 from ..messages import LEADING_ROLES, role, system_message, text_of, tool_call_ids
-from . import Item
+from . import Item, chat_request
+from .chat_answer import StreamAssembler, message_from_completion
 
 
 class ChatCompletions:
@@ -58,3 +63,42 @@ class ChatCompletions:
 
 
 CHAT = ChatCompletions()
+
+
+class ChatCompletionsWire:
+    items = CHAT
+    upstream_path = "/v1/chat/completions"
+
+    def parse(
+        self,
+        body: bytes,
+        known: Callable[[dict[str, Any]], int] | None,
+        parsed: Any,
+        max_items: int,
+    ) -> dict[str, Any]:
+        return chat_request.parse(body, known, parsed, max_items)
+
+    def history(self, payload: dict[str, Any]) -> list[Item]:
+        messages: list[Item] = payload["messages"]
+        return messages
+
+    def reserved_output(self, payload: dict[str, Any]) -> int:
+        return chat_request.reserved_output(payload)
+
+    def streams(self, payload: dict[str, Any]) -> bool:
+        return bool(payload.get("stream"))
+
+    def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
+        return chat_request.render(body, payload, items)
+
+    def assembler(self, limit: int) -> StreamAssembler:
+        return StreamAssembler(limit=limit)
+
+    def answer(self, content: bytes) -> Item | None:
+        try:
+            return message_from_completion(orjson.loads(content))
+        except orjson.JSONDecodeError:
+            return None
+
+
+CHAT_WIRE = ChatCompletionsWire()

@@ -1,7 +1,10 @@
-"""`POST /v1/chat/completions`, as named stages: identify, load, reduce, forward, relay, commit.
+"""A conversation request, as named stages: identify, load, reduce, forward, relay, commit.
 
 Each stage lives in a module of its own beside this one; this module only
-reads the request's options and runs the stages in order.
+reads the request's options and runs the stages in order. What belongs to
+a wire format (reading the body, writing the reduced history back, reading
+the answer) is the route's `Wire`'s (`dialects/`); the stages never look
+inside a request themselves.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..context import AppContext
+from ..dialects import Item, Wire
+from ..dialects.chat_completions import CHAT_WIRE
 from ..errors import ProxyError
 from ..fastpath import Resend
-from ..intake import as_messages, check_content_type, parse_chat, read_body
-from ..messages import Message
+from ..intake import check_content_type, read_body
 from ..outcome import Outcome
 from ..reduction.types import STRATEGIES
 from ..store import ConvKey
@@ -27,15 +31,19 @@ from ..upstream import bearer_token, forward_headers, refused_operator_key, resp
 from .load import load
 from .recall import recall_into
 from .reduce import reduce_turn, with_kind
-from .relay import Oversized, forward_body, read_whole, relay, send
+from .relay import Oversized, read_whole, relay, send
 
 access = logging.getLogger("context_proxy.access")
-ROUTE = "/v1/chat/completions"
 # Set on an answer that was relayed but not stored (the turn is archived by the next one).
 NOT_STORED = "x-context-not-stored"
 
 
 async def chat_completions(request: Request) -> Response:
+    """`POST /v1/chat/completions`."""
+    return await conversation_turn(request, CHAT_WIRE)
+
+
+async def conversation_turn(request: Request, wire: Wire) -> Response:
     ctx: AppContext = request.state.ctx
     started = time.perf_counter()
     given = header_map(request)
@@ -44,23 +52,26 @@ async def chat_completions(request: Request) -> Response:
     server = ctx.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
     resend = Resend(ctx.sessions, given, body, enabled=ctx.settings.server.fast_path)
-    payload = parse_chat(body, resend, resend.reparse(), server.max_messages)
+    payload = wire.parse(body, resend, resend.reparse(), server.max_messages)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode, strategy = options(ctx, given)
-    messages = as_messages(payload)
+    messages = wire.history(payload)
     key = resend.conversation(messages)  # identify
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
-    streaming = bool(payload.get("stream"))
+    streaming = wire.streams(payload)
     # Append-mode turns of one conversation apply in arrival order.
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
         await lock.acquire()
     try:
-        outcome = await plan(ctx, key, payload, messages, mode, strategy, headers, resend.of(key))
-        content = forward_body(body, payload, outcome.reduction.messages)  # forward
-        response = await send(ctx, content, headers, events=streaming)
-        ctx.metrics.child(ctx.metrics.upstream_latency, ROUTE).observe(
+        outcome = await plan(
+            ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key)
+        )
+        content = wire.render(body, payload, outcome.reduction.messages)  # forward
+        url = ctx.url_for(wire.upstream_path)
+        response = await send(ctx, url, content, headers, events=streaming)
+        ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
         )
     except BaseException:
@@ -69,14 +80,15 @@ async def chat_completions(request: Request) -> Response:
         raise
     release = lock.release if lock is not None else _noop
     access_log(outcome, mode, strategy, response.status_code, started)
+    limit = ctx.settings.upstream.max_answer_bytes
     if streaming and response.status_code == 200:  # relay, committing at the end
         return StreamingResponse(
-            relay(ctx, response, outcome, release),
+            relay(ctx, response, outcome, wire.assembler(limit), release),
             status_code=200,
             headers={**response_headers(response.headers), **outcome.headers()},
         )
     try:
-        answer = await read_whole(ctx, response, outcome)  # relay and commit
+        answer = await read_whole(ctx, response, outcome, wire.answer)  # relay and commit
     except BaseException:
         await response.aclose()
         release()
@@ -100,9 +112,10 @@ async def chat_completions(request: Request) -> Response:
 
 async def plan(
     ctx: AppContext,
+    wire: Wire,
     key: ConvKey,
     payload: dict[str, Any],
-    messages: list[Message],
+    messages: list[Item],
     mode: str,
     strategy: str,
     headers: dict[str, str],
@@ -113,8 +126,9 @@ async def plan(
     loaded = await load(ctx, key, messages, model, mode, resend)
     branch = ctx.sessions.branch(key, loaded.extends)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
+    reserved = wire.reserved_output(payload)
     reduction, made, spent = await reduce_turn(
-        ctx, loaded, payload, strategy, headers, branch, memo
+        ctx, loaded, model, reserved, strategy, headers, branch, memo
     )
     if resend is not None and loaded.digests is not None and loaded.hashes is not None:
         resend.remember(
@@ -122,7 +136,7 @@ async def plan(
         )
     recalled: int | None = None
     if ctx.settings.recall.enabled:
-        reduction, recalled = await recall_into(ctx, key, reduction, payload, headers)
+        reduction, recalled = await recall_into(ctx, key, reduction, model, reserved, headers)
     if loaded.stateless:
         reduction = with_kind(reduction, "stateless")
     tokens_in = loaded.count.total

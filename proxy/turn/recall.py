@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import recall
 from ..embeddings import EmbeddingsUnavailable
-from ..intake import reserved_output
 from ..messages import digest, last_user_index, role, text_of
 from ..reduction.types import Reduction
 from ..store import ConvKey, StoreError
@@ -35,7 +34,8 @@ async def recall_into(
     ctx: AppContext,
     key: ConvKey,
     reduction: Reduction,
-    payload: dict[str, Any],
+    model: str,
+    reserved: int,
     headers: dict[str, str],
 ) -> tuple[Reduction, int]:
     """`reduction` with a recall block before its last user message, and how many hits it quotes.
@@ -47,8 +47,7 @@ async def recall_into(
     at = last_user_index(reduction.messages)
     if at < 0:
         return reduction, 0
-    model = str(payload["model"])
-    room = ctx.budget(model, reserved_output(payload)).limit - reduction.tokens_out
+    room = ctx.budget(model, reserved).limit - reduction.tokens_out
     asked = digest(reduction.messages[at])
     cached = ctx.sessions.recall(key)
     if at < len(reduction.messages) - 1 and cached is not None and cached.question == asked:

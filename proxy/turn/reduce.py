@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import ProxyError
-from ..intake import reserved_output
 from ..reduction import reduce
 from ..reduction.tail import Tail
 from ..reduction.types import KINDS, ContextTooLarge, Reduction
@@ -32,7 +31,8 @@ log = logging.getLogger("context_proxy.chat")
 async def reduce_turn(
     ctx: AppContext,
     loaded: Loaded,
-    payload: dict[str, Any],
+    model: str,
+    reserved: int,
     strategy: str,
     headers: dict[str, str],
     branch: Branch,
@@ -52,12 +52,11 @@ async def reduce_turn(
             tokens_out=count.total,
         )
         return unreduced, 0, 0
-    model = str(payload["model"])
     # A stretch that has its preparation already needs no other, and without
     # one to compute the core answers a turn near the trigger at a glance.
     preparing = branch.stretch != stretch(turn.working.state)
     policy = ctx.policy(strategy, preparing=preparing)
-    budget = ctx.budget(model, reserved_output(payload))
+    budget = ctx.budget(model, reserved)
     prepared = branch.texts
 
     def run(summaries: dict[str, str], memo: Tail | None) -> Reduction:

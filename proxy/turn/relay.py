@@ -11,18 +11,14 @@ response) leaves nothing half-written.
 from __future__ import annotations
 
 import logging
-import operator
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
-import orjson
 
-from ..errors import ProxyError
-from ..messages import Message
+from ..dialects import Assembler, Item
 from ..outcome import Outcome
-from ..sse import StreamAssembler, message_from_completion
 from ..upstream import transport_error
 from .commit import commit
 
@@ -32,29 +28,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("context_proxy.relay")
 
 
-def forward_body(body: bytes, payload: dict[str, Any], messages: Sequence[Message]) -> bytes:
-    """The upstream's request: the client's own bytes when the reduction kept every message.
-
-    Re-serialising a long history costs about as much as parsing it, and
-    the client's bytes are the most faithful copy of what it meant to send.
-    The check is by identity: the reduction passes kept messages through as
-    the same objects, so this is a pointer comparison per message.
-    """
-    sent = payload["messages"]
-    if len(messages) == len(sent) and all(map(operator.is_, messages, sent)):
-        return body
-    try:
-        return orjson.dumps({**payload, "messages": list(messages)})
-    except orjson.JSONEncodeError as exc:  # a field nested past what JSON writers accept
-        raise ProxyError(400, f"The request cannot be re-encoded as JSON: {exc}.") from None
-
-
 async def send(
-    ctx: AppContext, content: bytes, headers: dict[str, str], *, events: bool = False
+    ctx: AppContext, url: httpx.URL, content: bytes, headers: dict[str, str], *, events: bool
 ) -> httpx.Response:
     # The proxy reads the answer to keep it, so it asks for an uncompressed one.
     request = ctx.client.post_request(
-        ctx.chat_url,
+        url,
         content,
         {**headers, "content-type": "application/json", "accept-encoding": "identity"},
         events=events,
@@ -66,10 +45,13 @@ async def send(
 
 
 async def relay(
-    ctx: AppContext, response: httpx.Response, outcome: Outcome, release: Callable[[], None]
+    ctx: AppContext,
+    response: httpx.Response,
+    outcome: Outcome,
+    assembler: Assembler,
+    release: Callable[[], None],
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
-    assembler = StreamAssembler(limit=ctx.settings.upstream.max_answer_bytes)
     ctx.metrics.active_streams.inc()
     committed = False
     try:
@@ -114,7 +96,10 @@ class Oversized:
 
 
 async def read_whole(
-    ctx: AppContext, response: httpx.Response, outcome: Outcome
+    ctx: AppContext,
+    response: httpx.Response,
+    outcome: Outcome,
+    answer_of: Callable[[bytes], Item | None],
 ) -> bytes | Oversized:
     """A JSON answer, read whole; the turn is committed if it is a completed answer.
 
@@ -136,7 +121,7 @@ async def read_whole(
                 return Oversized(chunks, raw, response)
         content = b"".join(chunks)
     if response.status_code == 200:
-        answer = message_from_completion(_json(content))
+        answer = answer_of(content)
         if answer is not None:
             await commit(ctx, outcome, answer)
     return content
@@ -151,10 +136,3 @@ def not_stored(outcome: Outcome, why: str) -> None:
             why,
             extra={"conversation": outcome.key.conversation, "not_stored": why},
         )
-
-
-def _json(content: bytes) -> Any:
-    try:
-        return orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return None
