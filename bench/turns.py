@@ -52,7 +52,7 @@ async def turn_costs(proxy: Server, floor: Server, plan: Plan, rep: int) -> list
         ]
         await replay(proxy.url, [(c, b[:1]) for convs in rounds for c, b in convs], 4)
         # The warm-up's writes are checkpointed a second after the last one (see
-        # proxy/store/sqlite.py); that cost belongs to storing the histories, not
+        # proxy/store/sqlite/); that cost belongs to storing the histories, not
         # to the measured turns.
         await asyncio.sleep(CHECKPOINT_SETTLE_S)
         proxy_ms: list[float] = []

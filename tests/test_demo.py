@@ -153,7 +153,7 @@ def test_inspect_refuses_a_store_of_another_schema_and_leaves_it_alone(
     db = tmp_path / "store.db"
     conv = _stored_conversation(db)
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute("DELETE FROM _migrations WHERE name = 'm007_lighter_turn'")
+        conn.execute("DELETE FROM _migrations WHERE name = 'schema-1'")
         conn.commit()
     before = _file_contents(db)
 

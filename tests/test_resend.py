@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,6 @@ from proxy.config import load_settings
 from proxy.conversation import tenant_of
 from proxy.fastpath.known import Known, list_start, locate, remember, reparse, resent
 from proxy.store import ConvKey, MemoryStore, SqliteStore, Store
-from proxy.store.schema import m001_initial, m002_message_search, migrate
 
 from .factories import assistant, call, system, tool, user
 
@@ -174,28 +171,6 @@ def test_deleting_a_conversation_forgets_its_last_request() -> None:
         )
         assert r.status_code == 200
         assert sessions.known(CONV) is None and not sessions.holds(CONV)
-
-
-@pytest.mark.asyncio
-async def test_a_working_history_stored_as_one_json_text_is_migrated_to_rows(
-    tmp_path: Path,
-) -> None:
-    """A file written by the release before working rows (recall's index already in it)."""
-    path = tmp_path / "old.db"
-    working = [system("be brief"), user("one"), assistant("two")]
-    with sqlite3.connect(path, isolation_level=None) as db:
-        migrate(db, [m001_initial, m002_message_search])
-        db.execute(
-            "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
-            " turns, created_at, updated_at) VALUES (?, ?, 'h', 2, '{}', ?, 1, ?, ?)",
-            (CONV.tenant, CONV.conversation, json.dumps(working), time.time(), time.time()),
-        )
-    store = SqliteStore(str(path))
-    try:
-        latest = await store.latest(CONV)
-    finally:
-        await store.close()
-    assert latest is not None and latest.working == working
 
 
 def request(messages: list[dict[str, Any]], *, spaced: bool = False, **extra: Any) -> bytes:

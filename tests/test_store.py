@@ -93,7 +93,7 @@ async def test_sqlite_checkpoints_off_the_commit_and_leaves_no_wal_at_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A commit never copies the WAL into the file itself; the checkpointer thread does."""
-    import proxy.store.sqlite as sqlite_store
+    import proxy.store.sqlite.checkpoint as sqlite_store
 
     path = tmp_path / "wal.db"
     monkeypatch.setattr(sqlite_store, "CHECKPOINT_EVERY_S", 3600.0)

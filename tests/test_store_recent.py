@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import proxy.store.sqlite as sqlite_store
+import proxy.store.sqlite.store as sqlite_store
 from proxy.messages import Message, chain_hashes
 from proxy.store import Conflict, ConvKey, Snapshot, SqliteStore, StoreError
-from proxy.store.schema import MIGRATIONS, m006_data_version, m007_lighter_turn, migrate
 from tests.factories import system, user
 from tests.test_store import ALICE, history, turn
 
@@ -366,65 +363,6 @@ async def test_a_writer_outside_the_store_is_seen_whatever_it_changes(tmp_path: 
     shell.close()
     assert await store.find_snapshot(ALICE, chain_hashes(request(2))) is None
     await store.close()
-
-
-def test_m006_drops_the_counter_and_its_triggers_and_keeps_the_turns(tmp_path: Path) -> None:
-    """An older release then fails on the missing table instead of trusting a counter."""
-    path = tmp_path / "old.db"
-    db = sqlite3.connect(path, isolation_level=None)
-    migrate(db, MIGRATIONS[: MIGRATIONS.index(m006_data_version)])
-    db.execute(
-        "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
-        " turns, created_at, updated_at) VALUES ('t', 'c', 'h', 1, '{}', '[]', 1, 0, 0)"
-    )
-    db.execute("INSERT INTO snapshots SELECT id, 'h', 1, '{}', 0, 1 FROM conversations")
-    assert migrate(db, MIGRATIONS[: MIGRATIONS.index(m006_data_version) + 1]) == [
-        "m006_data_version"
-    ]
-    assert db.execute("SELECT head FROM snapshots").fetchall() == [("h",)]
-    # A trigger left behind would fail these: its table is gone.
-    db.execute("UPDATE snapshots SET state = '{\"x\": 1}'")  # no trigger left to fire
-    db.execute("DELETE FROM conversations")
-    objects = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
-    db.close()
-    assert "change_counter" not in objects
-    assert not {name for name in objects if name.endswith("_count")}
-
-
-@pytest.mark.asyncio
-async def test_m007_keeps_every_snapshot_and_the_lookups_find_them(tmp_path: Path) -> None:
-    """A file written before m007 (snapshots WITHOUT ROWID, the tenant index) upgrades in place."""
-    path = tmp_path / "before-m007.db"
-    db = sqlite3.connect(path, isolation_level=None)
-    migrate(db, MIGRATIONS[: MIGRATIONS.index(m007_lighter_turn)])
-    db.close()
-    commits = [turn(ALICE, request(i)) for i in range(3)]
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute(
-        "INSERT INTO conversations (tenant, conversation, head, position, state, working,"
-        " turns, created_at, updated_at) VALUES (?, ?, '', 0, '{}', '[]', 3, ?, ?)",
-        (ALICE.tenant, ALICE.conversation, time.time(), time.time()),
-    )
-    for i, c in enumerate(commits, start=1):
-        db.execute(
-            "INSERT INTO snapshots SELECT id, ?, ?, ?, 0, ? FROM conversations",
-            (c.snapshot.head, c.snapshot.position, json.dumps(c.snapshot.state), i),
-        )
-    db.close()
-
-    store = SqliteStore(str(path))  # runs m007
-    found = await store.find_snapshot(ALICE, chain_hashes(request(1)))
-    assert found is not None and found.head == commits[1].snapshot.head
-    assert found.state == commits[1].snapshot.state
-    await store.commit(turn(ALICE, request(3)))
-    await store.close()
-    db = sqlite3.connect(path, isolation_level=None)
-    sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'snapshots'").fetchone()[0]
-    indexes = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
-    count = db.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0]
-    db.close()
-    assert "WITHOUT ROWID" not in sql and count == 4
-    assert "snapshots_turn" in indexes and "conversations_tenant_updated" not in indexes
 
 
 @pytest.mark.asyncio

@@ -1,0 +1,155 @@
+"""SQL helpers of the SQLite store: transactions, and the working history's rows.
+
+A full-history working list is described by its place in the archived chain
+or kept as rows (schema.py says when); these functions read and write it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from proxy.store.base import TurnCommit, WorkingLayout, dumps
+from proxy.store.schema import WALK_CHAIN
+
+T = TypeVar("T")
+
+# Well under SQLite's bound-parameter limit (999 on old builds).
+IN_CHUNK = 500
+# The newest turn's head is nearly always among the last few messages.
+FIRST_CHUNK = 8
+
+
+def chunks(n: int) -> list[tuple[int, int]]:
+    """(end, size) of the slices of n heads to look up, newest first: a small one, then big ones."""
+    out: list[tuple[int, int]] = []
+    end, size = n, FIRST_CHUNK
+    while end > 0:
+        out.append((end, size))
+        end, size = end - size, IN_CHUNK
+    return out
+
+
+def first_fresh(layout: WorkingLayout | None, n: int) -> int:
+    """Index of the first working message at or after `layout.fresh`: the ones a commit writes."""
+    if layout is None:
+        return 0
+    if layout.fresh <= layout.leading:
+        return min(layout.fresh, n)
+    return max(layout.leading, min(n, layout.leading + layout.fresh - layout.start))
+
+
+def write_working(
+    db: sqlite3.Connection, cid: int, turn: TurnCommit, first: int, texts: list[str] | None
+) -> None:
+    """Bring the working rows to `turn.working`, writing the rows from `first` on if that suffices.
+
+    The rows kept must be the same history: the row before the first fresh
+    one carries the chain hash the layout expects, and every kept position
+    has a row. Otherwise (append mode, an edit past the rows, a first turn)
+    all rows are rewritten. With a layout, rows carry chain hashes, and the
+    rows of messages archived by this commit no text (schema.py says why);
+    without one (append mode), text and no hash.
+    """
+    layout, working = turn.layout, turn.working
+    insert = "INSERT INTO working (conversation_id, pos, hash, message) VALUES (?, ?, ?, ?)"
+    if layout is None or texts is not None:
+        db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+        db.executemany(insert, [(cid, i, None, text) for i, text in enumerate(texts or ())])
+        return
+    if first > 0 and rows_match(db, cid, layout, first):
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ? AND pos < ?",
+            (cid, layout.leading, layout.start),
+        )
+        db.execute(
+            "DELETE FROM working WHERE conversation_id = ? AND pos >= ?",
+            (cid, layout.position(first)),
+        )
+        older = []
+    else:
+        # The messages before `first` may predate an archive that expired in
+        # this very commit, so their rows keep their own text.
+        db.execute("DELETE FROM working WHERE conversation_id = ?", (cid,))
+        older = [
+            (cid, layout.position(i), layout.hashes[i], dumps(working[i])) for i in range(first)
+        ]
+    db.executemany(
+        insert,
+        older
+        + [(cid, layout.position(i), layout.hashes[i], None) for i in range(first, len(working))],
+    )
+
+
+def working_of_chain(
+    db: sqlite3.Connection, cid: int, position: int, described: list[Any]
+) -> list[str | None]:
+    """The working messages `conversations.working_chain` describes, read from the archive.
+
+    The chain is walked from its last message back to the first (one index
+    lookup a message, in SQLite), at most as many as the head's position and
+    the answer after it.
+    """
+    leading, start, last = described
+    rows = db.execute(WALK_CHAIN, (cid, last, position + 2)).fetchall()
+    if not rows or rows[0][0] != "":
+        raise sqlite3.DatabaseError("the archived chain of the working history is incomplete")
+    texts = [message for _, message in rows]
+    return [*texts[:leading], *texts[start:]]
+
+
+def archived(db: sqlite3.Connection, cid: int, digest: str) -> bool:
+    row = db.execute(
+        "SELECT 1 FROM messages WHERE conversation_id = ? AND hash = ?", (cid, digest)
+    ).fetchone()
+    return row is not None
+
+
+def rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: int) -> bool:
+    """Whether the stored rows hold `working[:first]` of this layout, by a few index lookups.
+
+    Stored rows always form one history's working list: a leading block from
+    position 0 and one contiguous run (every write keeps or rewrites them so).
+    The row before the first fresh one carrying the expected chain hash means
+    the same history up to there; the rows at the run's and the block's ends
+    being present means none of the kept ones is missing.
+    """
+    last = layout.position(first - 1)
+    probes = [last]
+    if first > layout.leading:
+        probes.append(layout.start)
+        if layout.leading:
+            probes.append(layout.leading - 1)
+    marks = ",".join("?" * len(probes))
+    found = dict(
+        db.execute(
+            f"SELECT pos, hash FROM working WHERE conversation_id = ? AND pos IN ({marks})",
+            (cid, *probes),
+        ).fetchall()
+    )
+    return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
+
+
+def write(db: sqlite3.Connection, body: Callable[[], T], *, begun: bool = False) -> T:
+    """`body` in one write transaction (`begun`: the caller has opened it), undone on error."""
+    if not begun:
+        db.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+    except BaseException:
+        # SQLite has already rolled back after some errors (disk full, I/O).
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return result
+
+
+def read(db: sqlite3.Connection, body: Callable[[], T]) -> T:
+    """Several SELECTs in one read transaction see one consistent state of the file."""
+    db.execute("BEGIN")
+    try:
+        return body()
+    finally:
+        db.execute("COMMIT")

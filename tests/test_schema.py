@@ -1,0 +1,107 @@
+"""The SQLite schema in one piece: a new file, a file from before the squash, anything else.
+
+`tests/data/store-before-squash.db` was written by the release before the
+schema was squashed (its `_migrations` records the seven steps that built
+it): two conversations, one in full-history mode and one in append mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from proxy.conversation import chain_hashes, tenant_of
+from proxy.store import ConvKey, SqliteStore, StoreError
+from proxy.store.schema import BEFORE_SQUASH, SCHEMA, migrate
+
+from .factories import user
+
+BEFORE = Path(__file__).parent / "data" / "store-before-squash.db"
+TENANT = tenant_of("sk-fixture")
+FULL = ConvKey(TENANT, "full")
+APPENDED = ConvKey(TENANT, "appended")
+
+
+def shape(path: Path) -> dict[str, object]:
+    """Every table's columns and every index's columns, as SQLite reports them."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        names = [
+            n
+            for (n,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                " ORDER BY name"
+            )
+        ]
+        out: dict[str, object] = {}
+        for name in names:
+            out[name] = [tuple(c[1:]) for c in db.execute(f"PRAGMA table_info('{name}')")]
+            out[name + " indexes"] = sorted(
+                (bool(i[2]), [c[2] for c in db.execute(f"PRAGMA index_info('{i[1]}')")])
+                for i in db.execute(f"PRAGMA index_list('{name}')")
+            )
+        out["triggers"] = sorted(
+            n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        )
+        return out
+
+
+def migrated(path: Path) -> set[str]:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return {n for (n,) in db.execute("SELECT name FROM _migrations")}
+
+
+@pytest.mark.asyncio
+async def test_a_file_from_before_the_squash_is_opened_read_and_continued(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    shutil.copy(BEFORE, old)
+    fresh = tmp_path / "fresh.db"
+    await SqliteStore(str(fresh)).close()
+
+    store = SqliteStore(str(old))
+    try:
+        full = await store.latest(FULL)
+        appended = await store.latest(APPENDED)
+        assert full is not None and full.turns == 3
+        assert [m.get("content") for m in full.working][:2] == ["Be brief.", "Hello there"]
+        assert appended is not None and appended.turns == 2
+        assert appended.working[-2]["content"] == "more please"
+        archive = await store.archive(FULL)
+        said = [a.message["content"] for a in archive if a.message["role"] == "user"]
+        assert said == ["Hello there", "and then 0", "and then 1"]
+        # The next full-history turn finds the stored one by its messages.
+        resent = [*full.working, user("and more")]
+        assert await store.find_snapshot(FULL, chain_hashes(resent)) is not None
+    finally:
+        await store.close()
+    assert migrated(old) == {*BEFORE_SQUASH, SCHEMA}
+    assert shape(old) == shape(fresh)
+
+
+def test_a_new_file_records_the_schema_once(tmp_path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(tmp_path / "new.db", isolation_level=None)) as db:
+        assert migrate(db) == [SCHEMA]
+        assert migrate(db) == []
+
+
+@pytest.mark.parametrize(
+    ("recorded", "says"),
+    [(BEFORE_SQUASH[:5], "development build"), ((), "not a context-proxy store")],
+    ids=["a development build's", "no record"],
+)
+def test_any_other_file_is_refused_and_left_alone(
+    tmp_path: Path, recorded: tuple[str, ...], says: str
+) -> None:
+    path = tmp_path / "other.db"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("CREATE TABLE conversations (id INTEGER PRIMARY KEY, tenant TEXT)")
+        if recorded:
+            db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+            db.executemany("INSERT INTO _migrations VALUES (?, 0)", [(n,) for n in recorded])
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=says):
+        SqliteStore(str(path))
+    assert path.read_bytes() == before
