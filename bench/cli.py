@@ -22,7 +22,7 @@ import orjson
 from . import litellm
 from .bodies import STEADY_MODEL, STEADY_WINDOW
 from .floors import KINDS
-from .matrix import LITELLM, Plan, run_matrix
+from .matrix import LITELLM, VARIANTS, Plan, run_matrix
 from .memory import MemoryCost, memory_cost
 from .procs import Fleet, Server, fleet, free_port
 from .report import REF_FLOOR, render
@@ -102,12 +102,19 @@ def start_all(
             mock.url + "/v1",
         ]
         servers[kind] = f.start(f"floor-{kind}", args, port=port)
-    for name, store in (("proxy", "sqlite"), ("proxy-memory", "memory")):
+    proxies = [("proxy", "sqlite", {}), ("proxy-memory", "memory", {})]
+    proxies += [(name, "sqlite", env) for name, env in VARIANTS.items()]
+    for name, store, settings in proxies:
         port = free_port()
         config = proxy_config(workdir, name, port, mock.url, store)
-        env = {"PYTHONPATH": str(proxy_src.resolve())} if proxy_src else None
+        env = {"PYTHONPATH": str(proxy_src.resolve())} if proxy_src else {}
         args = ["-m", "proxy", "serve", "--config", str(config)]
-        servers[name] = f.start(name, args, port=port, env=env, cwd=proxy_src)
+        try:
+            servers[name] = f.start(name, args, port=port, env={**env, **settings}, cwd=proxy_src)
+        except RuntimeError as exc:
+            if not settings:
+                raise
+            _say(f"{name} left out: this proxy cannot run it ({str(exc).splitlines()[0]})")
     # The summary-wait scenario: an upstream with a model's latency, a proxy of its own.
     port = free_port()
     delays = ["--answer-delay", str(ANSWER_DELAY_S), "--summary-delay", str(SUMMARY_DELAY_S)]

@@ -8,7 +8,7 @@ over repetitions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from . import bodies
@@ -19,6 +19,13 @@ from .procs import Server
 FLOORS = ("httpx", "httpx-aiohttp", "aiohttp")
 BASELINES = ("direct", *FLOORS)
 LITELLM = "litellm"  # measured only where installed (see bench/litellm.py), small bodies only
+# The proxy's settings that a choice rests on, measured against its defaults
+# (SQLite, one worker, the reqwest transport): what `--workers 2` gives on this
+# machine, and what pyreqwest earns over aiohttp for whole answers.
+VARIANTS = {
+    "proxy-2w": {"CONTEXT_PROXY_SERVER_WORKERS": "2"},
+    "proxy-aiohttp": {"CONTEXT_PROXY_UPSTREAM_TRANSPORT": "aiohttp"},
+}
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ TEMPLATES: dict[str, Callable[[bool], Template]] = {
 }
 
 
-def cells(litellm: bool = False) -> Iterator[list[Cell]]:
+def cells(litellm: bool = False, variants: Iterable[str] = ()) -> Iterator[list[Cell]]:
     """Scenario by scenario, the cells to run back to back.
 
     LiteLLM serves about a tenth of the proxy's requests a second; the
@@ -76,6 +83,7 @@ def cells(litellm: bool = False) -> Iterator[list[Cell]]:
                 group += [Cell("proxy", body, c, stream, s) for s in strategies]
                 if c == 32 and not stream and body != "large":
                     group += [Cell("proxy-memory", body, c, stream, s) for s in strategies]
+                    group += [Cell(v, body, c, stream, strategies[0]) for v in variants]
                 yield group
 
 
@@ -87,7 +95,8 @@ async def run_matrix(
     templates = {(n, s): f(s) for n, f in TEMPLATES.items() for s in (False, True)}
     results: dict[str, list[RunResult]] = {}
     for rep in range(plan.reps):
-        for group in cells(litellm=LITELLM in servers):
+        variants = [v for v in VARIANTS if v in servers]
+        for group in cells(litellm=LITELLM in servers, variants=variants):
             for cell in group:
                 server = servers[cell.target]
                 template = templates[(cell.body, cell.stream)]

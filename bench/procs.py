@@ -48,20 +48,23 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def cpu(self) -> float:
-        """CPU seconds the process has used so far, all threads.
+        """CPU seconds the process and its children have used so far, all threads.
 
         Linux's per-thread schedstat counts nanoseconds; utime + stime (what
         psutil reads) counts 10 ms ticks, too coarse for a few hundred short
         requests, so it is only the fallback.
         """
+        pids = [self.popen.pid, *(child.pid for child in self.ps.children(recursive=True))]
         try:
             total = 0
-            for task in Path(f"/proc/{self.popen.pid}/task").iterdir():
-                total += int((task / "schedstat").read_text().split()[0])
+            for pid in pids:  # worker processes too, for `serve --workers N`
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    total += int((task / "schedstat").read_text().split()[0])
             return total / 1e9
         except (OSError, ValueError, IndexError):
             t = self.ps.cpu_times()
-            return float(t.user + t.system)
+            children = [c.cpu_times() for c in self.ps.children(recursive=True)]
+            return float(t.user + t.system + sum(c.user + c.system for c in children))
 
     def rss(self) -> int:
         return int(self.ps.memory_info().rss)

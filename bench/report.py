@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .load import RunResult
-from .matrix import BASELINES, FLOORS, LITELLM, Cell, cells
+from .matrix import BASELINES, FLOORS, LITELLM, VARIANTS, Cell, cells
 from .memory import MemoryCost
 from .stall import MESSAGES, Stall
 from .turns import TurnCost
@@ -80,6 +80,8 @@ def render(
     """The report text and the figures behind it (for --out)."""
     fig = {k: medians(v) for k, v in results.items()}
     litellm = Cell(LITELLM, "small", 32, False).key in fig  # installed and measured
+    # Variants an older proxy (`--proxy-src`) cannot run are left out of its run.
+    variants = [v for v in VARIANTS if any(k.startswith(v + "/") for k in fig)]
     out: list[str] = []
     ratios = " / ".join(SHORT[b] for b in BASELINES)
     header = [
@@ -96,7 +98,7 @@ def render(
         "reduction (proxy answers)",
     ]
     rows = []
-    for group in cells(litellm):
+    for group in cells(litellm, variants):
         base = {c.target: fig[c.key] for c in group if c.target in BASELINES}
         for cell in group:
             if cell.target in BASELINES or cell.target == LITELLM:
@@ -122,14 +124,36 @@ def render(
         "(dir = client straight to the mock; hx, hxa, aio = pass-through floors: "
         "httpx default transport, httpx over httpx-aiohttp, raw aiohttp).\n"
         "For req/s higher is better; for latency and CPU lower is better. "
-        "proxy = SQLite store, proxy-memory = memory store."
+        "proxy = SQLite store, proxy-memory = memory store, proxy-2w = SQLite with "
+        "`--workers 2`, proxy-aiohttp = SQLite with upstream.transport = aiohttp."
     )
     out += _table(header, rows)
+    if variants:
+        out.append("")
+        out.append("Settings against the default proxy (SQLite, 1 worker, reqwest), same cells:")
+        variant_rows = []
+        for group in cells(litellm, variants):
+            for cell in group:
+                if cell.target not in variants:
+                    continue
+                f = fig[cell.key]
+                default = fig[
+                    Cell("proxy", cell.body, cell.concurrency, cell.stream, cell.strategy).key
+                ]
+                variant_rows.append(
+                    [
+                        cell.key,
+                        _r(_ratio(f.rps, default.rps)),
+                        _r(_ratio(f.p99, default.p99)),
+                        _r(_ratio(f.cpu_ms, default.cpu_ms)),
+                    ]
+                )
+        out += _table(["variant", "req/s x proxy", "p99 x proxy", "CPU x proxy"], variant_rows)
 
     out.append("")
     out.append("Baselines (absolute, medians):")
     base_rows = []
-    for group in cells(litellm):
+    for group in cells(litellm, variants):
         for cell in group:
             if cell.target in (*BASELINES, LITELLM) and not (cell.stream and cell.body == "steady"):
                 f = fig[cell.key]
@@ -386,7 +410,8 @@ def _targets(
         (
             (_ratio(f.p99, f.p50), k)
             for k, f in fig.items()
-            if k.startswith("proxy") and " c=32 " in k
+            # The shipped configurations; the variants are information.
+            if k.split("/")[0] in ("proxy", "proxy-memory") and " c=32 " in k
         ),
         default=(float("nan"), ""),
     )
