@@ -71,16 +71,9 @@ def parse(
     return payload
 
 
-# Deeper than this, a message could not be written back as JSON (orjson stops
-# at 254 levels, and the store and the summariser wrap messages in a few more).
-MAX_DEPTH = 100
-
-
 def check_message(message: Any, where: str) -> None:
     if not isinstance(message, dict):
         raise ProxyError(400, f"{where} must be an object.", param=where)
-    if nested_deeper(message, MAX_DEPTH):
-        raise ProxyError(400, f"{where} is nested more than {MAX_DEPTH} levels deep.", param=where)
     role = message.get("role")
     if not isinstance(role, str) or role not in KNOWN_ROLES:
         raise ProxyError(
@@ -109,20 +102,6 @@ def check_message(message: Any, where: str) -> None:
             f"{where}.tool_call_id is required for tool messages.",
             param=f"{where}.tool_call_id",
         )
-
-
-def nested_deeper(value: Any, limit: int) -> bool:
-    """Whether `value` holds arrays or objects more than `limit` levels deep."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
-    return False
 
 
 def reserved_output(payload: dict[str, Any]) -> int:
