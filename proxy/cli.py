@@ -63,6 +63,7 @@ def _add_tool_commands(sub: Any) -> None:
     sim.add_argument("--summarizer-model", help="model for --summarizer-url")
     sim.add_argument("--model", help="model to replay with (default: the recorded one)")
     sim.add_argument("--window", type=int, help="context window of the model, in tokens")
+    sim.add_argument("--config", help="TOML settings whose [reduction] choices the replay takes")
     sim.add_argument("--chart", help="also save the chart as this SVG file")
     sim.add_argument("--per-turn", action="store_true", help="print every request's numbers")
     sim.add_argument("--tokenizer", choices=["estimate", "tiktoken"], default="estimate")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .reduction.types import STRATEGIES
+from .reduction.types import MASK_THEN, STRATEGIES, is_strategy
 
 ENV_PREFIX = "CONTEXT_PROXY_"
 
@@ -113,9 +113,29 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class MaskSettings:
+    keep_tool_uses: int = _doc("mask: the newest tool results always forwarded whole.", default=3)
+    clear_at_least: int = _doc(
+        "mask: fewest tokens a clearing must free, or nothing is cleared (it costs a "
+        "prompt-cache write); 0: a fifth of the model's context window.",
+        default=0,
+    )
+    exclude_tools: tuple[str, ...] = _doc(
+        "mask: tools whose results are never cleared.", default=()
+    )
+    then: str = _doc(
+        "mask: the strategy applied after clearing, which cuts or summarises only when "
+        "clearing was not enough: none | messages | tokens | summarize | tiered | filter.",
+        default="summarize",
+    )
+
+
+@dataclass(frozen=True)
 class ReductionSettings:
     strategy: str = _doc(
-        "none | messages | tokens | summarize | tiered | filter.", default="summarize"
+        "none | messages | tokens | summarize | tiered | filter | mask (or mask+<strategy>: "
+        "mask, then that strategy instead of [reduction.mask].then).",
+        default="summarize",
     )
     trigger_ratio: float = _doc(
         "Reduce when the history passes this share of the context window (less reserved output).",
@@ -152,6 +172,9 @@ class ReductionSettings:
     pinned_prefixes: tuple[str, ...] = _doc(
         "filter strategy: messages starting with these are always kept.",
         default=("SYSTEM CONTEXT (JSON):",),
+    )
+    mask: MaskSettings = field(
+        default_factory=MaskSettings, metadata={"doc": "The mask strategy's table."}
     )
 
 
@@ -294,7 +317,22 @@ def _build(section: str, cls: type[Any], values: dict[str, Any]) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
+    nested = {n for n in names if dataclasses.is_dataclass(hints[n])}
+    tables: dict[str, dict[str, Any]] = {n: {} for n in nested}
+    flat: dict[str, Any] = {}
     for key, value in values.items():
+        table = next((n for n in nested if key.startswith(n + "_")), None)
+        if key in nested:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{section}.{key} must be a table")
+            tables[key].update(value)
+        elif table is not None:  # from CONTEXT_PROXY_REDUCTION_MASK_KEEP_TOOL_USES
+            tables[table][key[len(table) + 1 :]] = value
+        else:
+            flat[key] = value
+    for name, table_values in tables.items():
+        kwargs[name] = _build(f"{section}.{name}", hints[name], table_values)
+    for key, value in flat.items():
         if key in names:
             kwargs[key] = _coerce(f"{section}.{key}", hints[key], value)
         elif section == "models":
@@ -383,7 +421,14 @@ def _validate(s: Settings) -> None:
     )
     check(s.store.ttl_s > 0, "store.ttl_s", "must be positive")
     r = s.reduction
-    check(r.strategy in STRATEGIES, "reduction.strategy", f"must be one of {STRATEGIES}")
+    check(
+        is_strategy(r.strategy),
+        "reduction.strategy",
+        f"must be one of {STRATEGIES} or mask+<one of {MASK_THEN}>",
+    )
+    check(r.mask.then in MASK_THEN, "reduction.mask.then", f"must be one of {MASK_THEN}")
+    check(r.mask.keep_tool_uses >= 0, "reduction.mask.keep_tool_uses", "must not be negative")
+    check(r.mask.clear_at_least >= 0, "reduction.mask.clear_at_least", "must not be negative")
     check(0 <= r.trigger_ratio <= 1, "reduction.trigger_ratio", "must be within [0, 1]")
     check(0 < r.keep_recent_ratio < 1, "reduction.keep_recent_ratio", "must be within (0, 1)")
     check(0 <= r.prepare_ratio < 1, "reduction.prepare_ratio", "must be within [0, 1)")

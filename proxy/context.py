@@ -14,7 +14,7 @@ from .embeddings import Embedder
 from .metrics import Metrics
 from .models import context_window
 from .record import Recorder
-from .reduction.types import Budget, Policy
+from .reduction.types import Budget, MaskPolicy, Policy
 from .store import ConvKey, Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
@@ -119,6 +119,12 @@ class AppContext:
             summarize_by=r.summarize_by,
             prepare_ratio=r.prepare_ratio,
             pinned_prefixes=r.pinned_prefixes,
+            mask=MaskPolicy(
+                keep_tool_uses=r.mask.keep_tool_uses,
+                clear_at_least=r.mask.clear_at_least,
+                exclude_tools=r.mask.exclude_tools,
+                then=r.mask.then,
+            ),
         )
 
     def _budget(self, model: str, reserved_output: int) -> Budget:

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from .config import load_settings
 from .errors import ConfigError
 from .messages import Message, role
 from .mock_upstream import MockUpstream, offline_counter
-from .reduction.types import STRATEGIES
+from .reduction.types import STRATEGIES, is_strategy
 from .tokens import TokenCounter
 
 MOCK_HOST = "mock-upstream.invalid"
@@ -154,8 +154,13 @@ def replay(
     summarizer_url: str | None = None,
     summarizer_model: str | None = None,
     counter: TokenCounter | None = None,
+    config: str | None = None,
 ) -> Run:
-    """Send every body through a fresh proxy using `strategy`; return what happened."""
+    """Send every body through a fresh proxy using `strategy`; return what happened.
+
+    `config` is a settings file whose reduction choices (`[reduction.mask]`,
+    the ratios) the replay takes; its upstream and store are the replay's own.
+    """
     from starlette.testclient import TestClient
 
     from .app import create_app
@@ -179,6 +184,17 @@ def replay(
             "models": {"windows": windows},
         },
     )
+    if config is not None:  # the file's reduction choices; never its upstream, keys or store
+        own = settings.reduction
+        settings = replace(
+            settings,
+            reduction=replace(
+                load_settings(config, env={}).reduction,
+                strategy=own.strategy,
+                summarizer_base_url=own.summarizer_base_url,
+                summarizer_model=own.summarizer_model,
+            ),
+        )
     m = settings.models
     run = Run(strategy, model, context_window(model, m.windows, m.default_context_tokens))
     mock = MockUpstream(counter=counter)
@@ -228,9 +244,11 @@ def _replayed(body: dict[str, Any], response: Any, mock: MockUpstream, before: i
 
 def parse_strategies(text: str) -> list[str]:
     names = [s.strip().lower() for s in text.split(",") if s.strip()]
-    unknown = [s for s in names if s not in STRATEGIES]
+    unknown = [s for s in names if not is_strategy(s)]
     if unknown or not names:
-        raise ConfigError(f"--compare: unknown strategy {unknown}; choose from {STRATEGIES}")
+        raise ConfigError(
+            f"--compare: unknown strategy {unknown}; choose from {STRATEGIES} or mask+<strategy>"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -267,6 +285,7 @@ def main(args: Any) -> int:
                     summarizer_url=args.summarizer_url,
                     summarizer_model=args.summarizer_model,
                     counter=counter,
+                    config=args.config,
                 )
             )
     # Failed requests are findings of the replay (shown in the report), not a failed command.

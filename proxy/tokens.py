@@ -140,6 +140,22 @@ class TokenCounter:
             self._cache[cache_key] = cached
         return cached
 
+    def count_definitions(self, model: str, definitions: Sequence[Any]) -> int:
+        """Tokens of a request's definitions (tools, a response schema), read as their JSON.
+
+        They fill the context like the history does. An app sends the same
+        ones every turn, so the count is cached by their digest.
+        """
+        if not definitions:
+            return 0
+        encoding = encoding_name_for(model)
+        cache_key = (encoding, b"defs" + digest({"definitions": list(definitions)}))
+        cached = self._cache.get(cache_key)
+        if cached is None:
+            cached = self.count_text(encoding, canonical({"d": list(definitions)}).decode())
+            self._cache[cache_key] = cached
+        return cached
+
     async def prime(
         self, model: str, messages: Sequence[Message], digests: Sequence[bytes] | None = None
     ) -> None:

@@ -47,6 +47,11 @@ class Items:
     def answers(self, item: Item) -> str | None:
         return str(item["call_id"]) if item.get("type") == "function_call_output" else None
 
+    def call_names(self, item: Item) -> dict[str, str]:
+        if item.get("type") != "function_call":
+            return {}
+        return {str(item["call_id"]): str(item.get("name", "fn"))}
+
     def travels_with_next(self, item: Item) -> bool:
         return item.get("type") == "reasoning"
 
@@ -64,6 +69,9 @@ class Items:
 
     def placeholder(self, call_id: str, text: str) -> Item:
         return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+    def cleared(self, item: Item, text: str) -> Item:
+        return {**item, "output": text}
 
 
 ITEMS = Items()

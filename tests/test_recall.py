@@ -342,3 +342,26 @@ async def test_embedder_maps_upstream_answers(status: int, answer: Any, reason: 
                     await embedder.embed(["b"], {"authorization": "Bearer sk-other"})
                 assert route.call_count == 2
             assert route.calls[0].request.headers["authorization"] == "Bearer sk-x"
+
+
+def test_a_masked_tool_result_comes_back_when_a_question_needs_it(tmp_path: Path) -> None:
+    """mask clears the result from the forwarded history; the archive still answers for it."""
+    fact = "The deploy key rotates every 45 days on the staging cluster."
+    with in_process(tmp_path, reduction_strategy="mask+tokens") as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 40):
+            r = send(user(f"Step {i}: please call tool read_file for notes {i}."))
+            found = r.json()["choices"][0]["message"]["tool_calls"][0]
+            text = (fact if i == 2 else filler(i)) + " " + "padding words " * 60
+            if (
+                "masked"
+                in send(tool(found["id"], f"notes {i}: {text}")).headers["x-context-reduction"]
+            ):
+                break
+        forwarded = upstream.chat_requests()[-1]["messages"]
+        assert all(fact not in str(m.get("content")) for m in forwarded), "not masked"
+        assert any("Tool result cleared" in str(m.get("content")) for m in forwarded)
+        r = send(user("How often does the deploy key rotate on staging?"))
+    assert int(r.headers["x-context-recall"]) >= 1
+    block = upstream.chat_requests()[-1]["messages"][-2]
+    assert block["role"] == "system" and fact in block["content"]

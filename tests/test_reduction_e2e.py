@@ -29,6 +29,8 @@ pytestmark = pytest.mark.integration
 
 MODEL = "tiny-window"
 WINDOW = 4000
+AGENT_MODEL = "agent-window"  # an agent's window holds a dozen large tool results
+AGENT_WINDOW = 16000
 TRIGGER = 0.7
 SYSTEM = {"role": "system", "content": "You are a travel assistant. Keep answers short."}
 
@@ -57,13 +59,15 @@ def start_proxy(upstream_url: str, db: Path, strategy: str, **env: str) -> Any:
             "CONTEXT_PROXY_REDUCTION_THRESHOLD_MESSAGES": "20",
             **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
         },
-        overrides={"models": {"windows": {MODEL: WINDOW}}},
+        overrides={"models": {"windows": {MODEL: WINDOW, AGENT_MODEL: AGENT_WINDOW}}},
     )
     return run_server(create_app(settings))
 
 
 class App:
     """A chat app as people write them: it keeps `history` and resends it (or only new turns)."""
+
+    model = MODEL
 
     def __init__(self, url: str, append: bool) -> None:
         headers = {"X-Conversation-Id": "trip"}
@@ -90,7 +94,7 @@ class App:
             self.history[self.sent_from :] if self.append and not first_turn else self.history
         )
         api = self.first if first_turn else self.api
-        raw = api.chat.completions.with_raw_response.create(model=MODEL, messages=messages)
+        raw = api.chat.completions.with_raw_response.create(model=self.model, messages=messages)
         self.kinds.append(raw.headers["x-context-reduction"])
         message = raw.parse().choices[0].message
         self.history.append(message)
@@ -124,11 +128,14 @@ class App:
             )
 
 
-def check_invariants(forwarded: list[dict[str, Any]], counter: TokenCounter) -> None:
+def check_invariants(
+    forwarded: list[dict[str, Any]], counter: TokenCounter, model: str = MODEL
+) -> None:
     leading, body = split_leading(forwarded)
     assert leading[0] == SYSTEM
-    tokens = counter.count_messages(MODEL, forwarded) - 3
-    assert tokens <= TRIGGER * WINDOW, f"{tokens} tokens forwarded"
+    tokens = counter.count_messages(model, forwarded) - 3
+    window = AGENT_WINDOW if model == AGENT_MODEL else WINDOW
+    assert tokens <= TRIGGER * window, f"{tokens} tokens forwarded"
     summaries = [m for m in leading[1:]]
     assert len(summaries) <= 1
     assert body and body[-1]["role"] in ("user", "tool")
@@ -140,7 +147,7 @@ def prefix_share(requests: list[list[dict[str, Any]]]) -> float:
     return hits / len(pairs)
 
 
-STRATEGIES = ["summarize", "tokens", "messages", "filter", "tiered"]
+STRATEGIES = ["summarize", "tokens", "messages", "filter", "tiered", "mask"]
 
 
 @pytest.mark.parametrize("append", [False, True], ids=["full", "append"])
@@ -254,3 +261,48 @@ def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
             assert block["role"] == "assistant"
         shares[on] = prefix_share(forwarded)
     assert shares[True] >= shares[False] - 0.05, shares
+
+
+class Agent(App):
+    """An agent: every other turn reads a file, whose text (about 550 tokens) it gets back."""
+
+    model = AGENT_MODEL
+
+    def turn(self, i: int) -> None:
+        if i % 2:
+            self.send({"role": "user", "content": f"Turn {i}: what changed in step {i}?"})
+            return
+        reply = self.send({"role": "user", "content": f"Turn {i}: call tool read_file {i}"})
+        text = f"file {i}: " + " ".join(f"line{i}_{n} = compute({n})" for n in range(60))
+        self.send({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": text})
+
+
+def test_300_agent_turns_with_mask_clear_results_before_any_summary(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    """mask, then summarize: the prefix stays stable, and the summariser waits for masking."""
+    upstream, upstream_url = fake
+    counter = TokenCounter()
+    made: dict[str, int] = {}
+    for strategy in ("summarize", "mask"):
+        upstream.reset()
+        db = tmp_path / f"{strategy}.db"
+        with start_proxy(upstream_url, db, strategy) as url:
+            app = Agent(url + "/v1", append=False)
+            summaries: list[int] = []  # summariser calls made by the end of each request
+            for i in range(300):
+                app.turn(i)
+                made_now = len(upstream.summary_requests())
+                summaries += [made_now] * (len(app.kinds) - len(summaries))
+        forwarded = [r["messages"] for r in upstream.chat_requests()]
+        for request in forwarded:
+            check_invariants(request, counter, AGENT_MODEL)
+        made[strategy] = len(upstream.summary_requests())
+        if strategy == "mask":
+            assert prefix_share(forwarded) >= 0.9, prefix_share(forwarded)
+            cleared = [m for r in forwarded for m in r if "Tool result cleared" in str(m)]
+            assert cleared and all(m["role"] == "tool" for m in cleared)
+            first = next(n for n, kinds in enumerate(app.kinds) if "masked" in kinds)
+            assert summaries[first] == 0, "a summary was made while masking sufficed"
+    print("summariser calls", made)
+    assert made["mask"] < made["summarize"], made

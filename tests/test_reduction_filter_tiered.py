@@ -53,7 +53,7 @@ def test_filter_between_reductions_extends_the_previous_request() -> None:
     for turn in range(2):
         rest = (*rest, assistant(f"r{turn}"), user(f"next {turn}"))
         nxt = reduce(Working((system(),), rest, red.state), FILTER, budget, count)
-        assert nxt.kinds == ("none",) and nxt.dropped == 0
+        assert nxt.kinds == ("reused",) and nxt.dropped == 0  # the standing filter
         assert nxt.messages[: len(red.messages)] == red.messages
         red = nxt
     rest = (*rest, assistant("r2"), user("next 2"))

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from proxy.messages import Message, last_user_index, role, text_of, tool_call_ids
 from proxy.reduction import (
-    _STRATEGIES,
     STRATEGIES,
     Budget,
     ContextTooLarge,
@@ -24,7 +23,6 @@ from proxy.reduction import (
     Working,
     reduce,
 )
-from proxy.reduction.layout import Context
 from proxy.reduction.summarize import under_threshold
 from tests.factories import assistant, call, developer, system, tool, user
 
@@ -219,7 +217,7 @@ def test_forwarded_request_extends_the_previous_one_until_a_threshold_is_crossed
         red = check_reduction(working, policy, budget, valid=True, summariser_ok=ok)
         if red is None:
             return
-        reduced = {"summarized", "windowed", "filtered", "truncated"} & set(red.kinds)
+        reduced = {"masked", "summarized", "windowed", "filtered", "truncated"} & set(red.kinds)
         if (
             previous is not None
             and not reduced
@@ -267,7 +265,7 @@ def grouped(
 ) -> Reduction:
     """`reduce` without its shortcut for short plain histories (`under_threshold`): the tail is
     always grouped, so the result carries it for the next turn."""
-    return _STRATEGIES[policy.strategy](Context.build(working, policy, budget, count, {}, memo))
+    return reduce(working, policy, budget, count, memo=memo, shortcuts=False)
 
 
 def test_unknown_strategy_is_rejected() -> None:

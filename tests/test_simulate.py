@@ -95,6 +95,25 @@ def test_every_strategy_but_none_forwards_less_of_the_sample() -> None:
     assert max(r.tokens_out for r in runs["summarize"].requests) <= 0.7 * 4000
 
 
+def test_mask_replaces_summaries_on_an_agents_traffic_and_takes_a_config(tmp_path: Path) -> None:
+    """The agent transcript (mostly tool output): clearing results spares summariser calls."""
+    bodies = load_transcript(EXAMPLES / "agent-transcript.jsonl")
+    runs = {s: replay(bodies, s, window=16000) for s in ("summarize", "mask", "mask+tokens")}
+    for run in runs.values():
+        assert all(r.status == 200 for r in run.requests), run.strategy
+        assert max(r.tokens_out for r in run.requests) <= 0.7 * 16000
+    assert runs["summarize"].summary_calls >= 2
+    assert runs["mask"].summary_calls < runs["summarize"].summary_calls
+    assert runs["mask+tokens"].summary_calls == 0
+    assert any("masked" in r.kinds for r in runs["mask"].requests)
+    # A clearing must free more than these results hold: the config's minimum is honoured.
+    config = tmp_path / "c.toml"
+    config.write_text("[reduction.mask]\nclear_at_least = 100000\n")
+    held = replay(bodies, "mask+tokens", window=16000, config=str(config))
+    assert not any("masked" in r.kinds for r in held.requests)
+    assert any("windowed" in r.kinds for r in held.requests)
+
+
 def test_replay_is_deterministic() -> None:
     bodies = load_transcript(REQUESTS)
     first, second = (

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -410,10 +412,29 @@ def test_open_relay_is_refused_unless_explicitly_allowed() -> None:
 def test_example_config_documents_every_key_and_loads() -> None:
     example = ROOT / "config.example.toml"
     data = tomllib.loads(example.read_text())
+
+    def check(table: dict[str, Any], section: str, cls: type[Any]) -> None:
+        for name, hint in typing.get_type_hints(cls).items():
+            assert name in table, f"{section}.{name} missing from config.example.toml"
+            if dataclasses.is_dataclass(hint):  # a table of its own: [reduction.mask]
+                check(table[name], f"{section}.{name}", hint)  # type: ignore[arg-type]
+
     for section, cls in SECTIONS.items():
-        for name in cls.__dataclass_fields__:
-            assert name in data[section], f"{section}.{name} missing from config.example.toml"
+        check(data[section], section, cls)
     assert load_settings(example).reduction.strategy == "summarize"
+
+
+def test_a_nested_table_loads_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[reduction.mask]\nkeep_tool_uses = 5\nexclude_tools = ["read"]\n')
+    env = {"CONTEXT_PROXY_REDUCTION_MASK_THEN": "tokens"}
+    mask = load_settings(path, env=env).reduction.mask
+    assert (mask.keep_tool_uses, mask.exclude_tools, mask.then) == (5, ("read",), "tokens")
+    path.write_text("[reduction.mask]\nkeep = 5\n")
+    with pytest.raises(ConfigError, match=r"unknown setting reduction\.mask\.keep"):
+        load_settings(path, env={})
+    with pytest.raises(ConfigError, match=r"reduction\.mask\.then"):
+        load_settings(None, env={"CONTEXT_PROXY_REDUCTION_MASK_THEN": "mask"})
 
 
 def test_json_logs_carry_the_access_fields() -> None:

@@ -5,9 +5,9 @@ forwarded byte for byte when kept. It never looks inside one: it asks the
 dialect whether an item is an instruction, opens a user's turn, makes tool
 calls or answers one, or must travel with the item after it (reasoning and
 thinking items), and asks it to render what the core adds (a summary, a
-placeholder for a missing tool result). The turn pipeline asks a `Wire`
-the rest: parse a request, write the reduced history back, read the
-answer. Chat completions is the first dialect (`chat_completions.CHAT`
+placeholder for a missing tool result, a cleared one). The turn pipeline
+asks a `Wire` the rest: parse a request, write the reduced history back,
+read the answer. Chat completions is the first dialect (`chat_completions.CHAT`
 and `chat_completions.CHAT_WIRE`).
 """
 
@@ -45,6 +45,10 @@ class Dialect(Protocol):
         """The id of the call the item is a result of; None if it is not a tool result."""
         ...
 
+    def call_names(self, item: Item) -> dict[str, str]:
+        """The tool each call the item makes is for, by call id (for the mask strategy)."""
+        ...
+
     def travels_with_next(self, item: Item) -> bool:
         """An opaque item (reasoning, thinking) that must stay with the item after it."""
         ...
@@ -67,6 +71,10 @@ class Dialect(Protocol):
 
     def placeholder(self, call_id: str, text: str) -> Item:
         """A result closing call `call_id`, whose real result the client did not send."""
+        ...
+
+    def cleared(self, item: Item, text: str) -> Item:
+        """Result `item` with its output replaced by `text`, answering the same call."""
         ...
 
 
@@ -130,6 +138,10 @@ class Wire(Protocol):
 
     def reserved_output(self, payload: dict[str, Any]) -> int:
         """Tokens the request keeps free for the answer."""
+        ...
+
+    def definitions(self, payload: dict[str, Any]) -> list[Any]:
+        """The request's parts besides the history that fill the context (tools, schemas)."""
         ...
 
     def streams(self, payload: dict[str, Any]) -> bool: ...

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ..messages import LEADING_ROLES, role, system_message, text_of, tool_call_ids
+from ..messages import LEADING_ROLES, role, system_message, text_of, tool_call_ids, tool_calls
 from . import Item, chat_request
 from .chat_answer import StreamAssembler, message_from_completion
 
@@ -40,6 +40,14 @@ class ChatCompletions:
             return None
         return str(item.get("tool_call_id", ""))
 
+    def call_names(self, item: Item) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for call in tool_calls(item):
+            function = call.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            names[str(call.get("id", ""))] = str(name or call.get("type") or "tool")
+        return names
+
     def travels_with_next(self, item: Item) -> bool:
         return False
 
@@ -60,6 +68,9 @@ class ChatCompletions:
 
     def placeholder(self, call_id: str, text: str) -> Item:
         return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+    def cleared(self, item: Item, text: str) -> Item:
+        return {**item, "content": text}
 
 
 CHAT = ChatCompletions()
@@ -84,6 +95,9 @@ class ChatCompletionsWire:
 
     def reserved_output(self, payload: dict[str, Any]) -> int:
         return chat_request.reserved_output(payload)
+
+    def definitions(self, payload: dict[str, Any]) -> list[Any]:
+        return [payload[k] for k in ("tools", "functions", "response_format") if payload.get(k)]
 
     def streams(self, payload: dict[str, Any]) -> bool:
         return bool(payload.get("stream"))

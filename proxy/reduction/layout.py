@@ -138,7 +138,9 @@ def finish(
         out, total, evicted = _finish_general(cut, pieces, selected, mandatory)
     dropped = skipped + evicted
     if not found - {"repaired"}:
-        found.add("none")
+        # Nothing new was cut; what an earlier turn cut or summarised still is.
+        standing = blocks or ctx.state.tail_start + dropped > 0
+        found.add("reused" if standing else "none")
     state = ReductionState(
         tail_start=ctx.state.tail_start + dropped,
         summaries=tuple(blocks),

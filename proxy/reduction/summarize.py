@@ -90,7 +90,7 @@ def under_threshold(
     return Reduction(
         messages=(*head, *tail),
         state=working.state,
-        kinds=("reused",) if blocks else ("none",),
+        kinds=("reused",) if blocks or working.state.tail_start else ("none",),
         tokens_out=total + REPLY_PRIMING,
     )
 

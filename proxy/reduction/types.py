@@ -30,12 +30,23 @@ def tokens_of(count: Counter, messages: Sequence[Message]) -> int:
     return int(total_of(messages)) if total_of is not None else sum(map(count, messages))
 
 
-STRATEGIES = ("none", "messages", "tokens", "summarize", "tiered", "filter")
+STRATEGIES = ("none", "messages", "tokens", "summarize", "tiered", "filter", "mask")
+# What `mask` falls through to when clearing tool results is not enough; a
+# strategy may also name its own, `mask+tokens`.
+MASK_THEN = ("none", "messages", "tokens", "summarize", "tiered", "filter")
+
+
+def is_strategy(name: str) -> bool:
+    """A strategy's name, or a mask chain such as `mask+summarize`."""
+    first, plus, then = name.partition("+")
+    return name in STRATEGIES or (first == "mask" and bool(plus) and then in MASK_THEN)
+
 
 # Values of the X-Context-Reduction header, in the order they are reported.
 KINDS = (
     "none",
     "reused",
+    "masked",
     "summarized",
     "windowed",
     "filtered",
@@ -92,6 +103,24 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class MaskPolicy:
+    """The `mask` strategy's choices (from `[reduction.mask]`)."""
+
+    # The newest tool results always forwarded whole.
+    keep_tool_uses: int = 3
+    # Fewest tokens a clearing must free to be worth the cache write it costs;
+    # 0: a fifth of the model's window.
+    clear_at_least: int = 0
+    # Tools whose results are never cleared.
+    exclude_tools: tuple[str, ...] = ()
+    # The strategy applied to the masked history (see `MASK_THEN`).
+    then: str = "summarize"
+
+    def minimum(self, budget: Budget) -> int:
+        return self.clear_at_least or budget.context_tokens // 5
+
+
+@dataclass(frozen=True)
 class Policy:
     """Operator choices that shape a reduction (from `[reduction]`)."""
 
@@ -110,6 +139,7 @@ class Policy:
     prepare_ratio: float = 0.8
     # The wire format whose items the history holds (see `proxy.dialects`).
     dialect: Dialect = CHAT
+    mask: MaskPolicy = MaskPolicy()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from .types import Reduction
 
 def reduce_none(ctx: Context) -> Reduction:
     """Bypass: forward everything (a stored summary included), repaired but never cut."""
-    return finish(ctx, blocks=ctx.state.summaries, kinds=("none",), fit=False)
+    return finish(ctx, blocks=ctx.state.summaries, kinds=(), fit=False)
 
 
 def _reused(ctx: Context) -> set[str]:

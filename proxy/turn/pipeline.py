@@ -9,6 +9,7 @@ inside a request themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import time
@@ -25,7 +26,7 @@ from ..errors import ProxyError
 from ..fastpath import Resend
 from ..intake import check_content_type, read_body
 from ..outcome import Outcome
-from ..reduction.types import STRATEGIES
+from ..reduction.types import STRATEGIES, is_strategy
 from ..store import ConvKey
 from ..upstream import bearer_token, forward_headers, refused_operator_key, response_headers
 from .load import load
@@ -126,7 +127,9 @@ async def plan(
     loaded = await load(ctx, key, messages, model, mode, resend)
     branch = ctx.sessions.branch(key, loaded.extends)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
-    reserved = wire.reserved_output(payload)
+    # Tool definitions and schemas fill the window too: the history gets what they leave.
+    defined = ctx.counter.count_definitions(model, wire.definitions(payload))
+    reserved = wire.reserved_output(payload) + defined
     reduction, made, spent = await reduce_turn(
         ctx, loaded, model, reserved, strategy, headers, branch, memo
     )
@@ -139,7 +142,9 @@ async def plan(
         reduction, recalled = await recall_into(ctx, key, reduction, model, reserved, headers)
     if loaded.stateless:
         reduction = with_kind(reduction, "stateless")
-    tokens_in = loaded.count.total
+    tokens_in = loaded.count.total + defined
+    if defined:
+        reduction = dataclasses.replace(reduction, tokens_out=reduction.tokens_out + defined)
     ctx.metrics.turn(reduction.kinds, tokens_in, reduction.tokens_out)
     return Outcome(
         key,
@@ -164,10 +169,10 @@ def options(ctx: AppContext, headers: Mapping[str, str]) -> tuple[str, str]:
         raise ProxyError(400, "X-Context-Mode must be 'full' or 'append'.", param="X-Context-Mode")
     strategy = headers.get("x-context-strategy", "").strip().lower()
     strategy = strategy or ctx.settings.reduction.strategy
-    if strategy not in STRATEGIES:
+    if not is_strategy(strategy):
         raise ProxyError(
             400,
-            f"X-Context-Strategy must be one of {', '.join(STRATEGIES)}.",
+            f"X-Context-Strategy must be one of {', '.join(STRATEGIES)}, or mask+<strategy>.",
             param="X-Context-Strategy",
         )
     if ctx.settings.reduction.trigger_ratio == 0:
