@@ -165,3 +165,29 @@ def test_tool_definitions_count_in_the_budget_and_the_token_headers(
     forwarded = upstream.chat_requests()[-1]["messages"]
     out = TokenCounter().count_messages(MODEL, forwarded) + defined
     assert int(tooled.headers["x-context-tokens-out"]) == out <= 0.7 * WINDOW
+
+
+def test_a_request_picks_a_mask_chain_and_an_unknown_one_is_a_400(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with proxy(upstream_url, tmp_path / "p.db", "summarize") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-report", max_retries=0)
+        with api:
+            agent_history: list[Any] = [{"role": "user", "content": "hello"}]
+            ok = api.chat.completions.with_raw_response.create(
+                model=MODEL,
+                messages=agent_history,
+                extra_headers={"X-Context-Strategy": "mask+tokens"},
+            )
+            assert ok.headers["x-context-reduction"] == "none"
+            with pytest.raises(openai.BadRequestError) as refused:
+                api.chat.completions.create(
+                    model=MODEL,
+                    messages=agent_history,
+                    extra_headers={"X-Context-Strategy": "mask+mask"},
+                )
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "X-Context-Strategy"
+    assert "mask+<strategy>" in error["message"]
+    assert len(upstream.chat_requests()) == 1

@@ -181,3 +181,14 @@ def test_simulate_suggests_a_window_when_nothing_gets_near_it(
 ) -> None:
     assert main(["simulate", str(REQUESTS), "--compare", "summarize"]) == 0
     assert "--window" in capsys.readouterr().out
+
+
+def test_simulate_compares_mask_chains_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agent = str(EXAMPLES / "agent-transcript.jsonl")
+    assert main(["simulate", agent, "--compare", "mask,mask+tokens", "--window", "16000"]) == 0
+    out = capsys.readouterr().out
+    assert "mask+tokens" in out and "mask" in out
+    assert main(["simulate", agent, "--compare", "mask+mask"]) == 2
+    assert "unknown strategy ['mask+mask']" in capsys.readouterr().out
