@@ -34,7 +34,7 @@ from .record import Recorder
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import Summarizer
 from .tokens import TokenCounter
-from .turn.pipeline import authorize, chat_completions
+from .turn.pipeline import authorize, chat_completions, responses
 from .upstream import (
     create_client,
     forward_headers,
@@ -108,6 +108,7 @@ def create_app(
 
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
         Route(
             "/v1/{path:path}",
             passthrough,

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 import httpx
 
 from .config import Settings, requires_client_key
+from .dialects import Dialect
+from .dialects.chat_completions import CHAT
 from .embeddings import Embedder
 from .metrics import Metrics
 from .models import context_window
@@ -68,7 +70,7 @@ class AppContext:
     # Budgets and policies are pure functions of settings and a few request values;
     # built once per distinct input instead of once per request.
     _budgets: dict[tuple[str, int], Budget] = field(default_factory=dict, repr=False)
-    _policies: dict[tuple[str, bool], Policy] = field(default_factory=dict, repr=False)
+    _policies: dict[tuple[str, bool, str], Policy] = field(default_factory=dict, repr=False)
     # The upstream is fixed by configuration, so each route's URL is parsed once.
     _urls: dict[str, httpx.URL] = field(default_factory=dict, repr=False)
     require_key: bool = field(init=False)
@@ -85,7 +87,7 @@ class AppContext:
             )
         return found
 
-    def policy(self, strategy: str, *, preparing: bool = True) -> Policy:
+    def policy(self, strategy: str, *, preparing: bool = True, dialect: Dialect = CHAT) -> Policy:
         """The strategy's policy; `preparing=False` turns summary preparation off.
 
         A stretch that has its preparation already needs no other (see
@@ -93,12 +95,13 @@ class AppContext:
         turn near the trigger at a glance instead of grouping the tail to
         find the eviction it would prepare.
         """
-        found = self._policies.get((strategy, preparing))
+        key = (strategy, preparing, dialect.name)
+        found = self._policies.get(key)
         if found is None:
-            found = self._policy(strategy)
+            found = replace(self._policy(strategy), dialect=dialect)
             if not preparing:
                 found = replace(found, prepare_ratio=0.0)
-            self._policies[(strategy, preparing)] = found
+            self._policies[key] = found
         return found
 
     def budget(self, model: str, reserved_output: int) -> Budget:

@@ -5,12 +5,12 @@ Pure: the app decides when to write; these functions decide what.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from . import conversation as conv
-from .messages import Message, message_hash
+from .messages import Message, chain_hashes
 from .reduction.types import Reduction
 from .store import ArchiveEntry, Conversation, ConvKey, Snapshot, TurnCommit, WorkingLayout
 from .turn.state import SnapshotState
@@ -50,17 +50,25 @@ class Outcome:
         } | ({} if self.recalled is None else {"x-context-recall": str(self.recalled)})
 
 
-def turn_commit(outcome: Outcome, answer: Message, now: float) -> TurnCommit:
-    """The archive rows, snapshot and working history of a completed turn."""
+def turn_commit(outcome: Outcome, answer: Sequence[Message], now: float) -> TurnCommit:
+    """The archive rows, snapshot and working history of a completed turn.
+
+    `answer` is the items the upstream answered with: one message in chat,
+    any number of output items (reasoning, calls, a message) in other dialects.
+    """
     turn, reduction = outcome.turn, outcome.reduction
-    answer_hash = message_hash(answer, turn.head)
+    answer_hashes = chain_hashes(answer, turn.head)
+    answer_hash = answer_hashes[-1]
     parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
     entries = [
         ArchiveEntry(h, p, m) for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)
     ]
-    entries.append(ArchiveEntry(answer_hash, turn.head, answer))
+    answer_parents = (turn.head, *answer_hashes[:-1])
+    entries += [
+        ArchiveEntry(h, p, m) for h, p, m in zip(answer_hashes, answer_parents, answer, strict=True)
+    ]
     evicted = reduction.state.tail_start - turn.working.state.tail_start
-    working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], answer]
+    working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], *answer]
     state = SnapshotState(
         leading=len(turn.working.leading),
         reduction=reduction.state,
@@ -82,7 +90,7 @@ def turn_commit(outcome: Outcome, answer: Message, now: float) -> TurnCommit:
             leading=leading,
             start=start,
             fresh=turn.position - len(turn.new),
-            hashes=(*turn.hashes[:leading], *turn.hashes[start:], answer_hash),
+            hashes=(*turn.hashes[:leading], *turn.hashes[start:], *answer_hashes),
         )
     return TurnCommit(
         outcome.key, entries, snapshot, working, expected_turns=outcome.version, layout=layout

@@ -64,3 +64,35 @@ class SSEDecoder:
             events.append(b"\n".join(self._data))
             self._data = []
         return events
+
+
+class EventReader:
+    """Feeds relayed bytes through an `SSEDecoder` to `event`, one `data` payload at a time.
+
+    Past `limit` (a line, or what a subclass counts in `size`) it stops reading:
+    the answer is relayed whole but is `too_large` to keep.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.decoder = SSEDecoder(max_line=limit)
+        self.limit = limit
+        self.size = 0
+
+    @property
+    def too_large(self) -> bool:
+        return self.decoder.overflowed or (self.limit is not None and self.size > self.limit)
+
+    def feed(self, chunk: bytes) -> None:
+        if self.too_large:
+            return
+        for data in self.decoder.feed(chunk):
+            self.event(data)
+
+    def close(self) -> None:
+        if self.too_large:
+            return
+        for data in self.decoder.flush():
+            self.event(data)
+
+    def event(self, data: bytes) -> None:
+        raise NotImplementedError

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from .messages import Message, role, text_of
+from .messages import Message, role
 from .reduction.types import SummaryRequest
 from .upstream import post_json
 
@@ -77,10 +77,10 @@ def transcript(request: SummaryRequest, limit_chars: int | None = None) -> str:
     for text in request.previous:
         lines.append(f"[summary of the conversation before this point]\n{text}")
     for message in request.messages:
-        who = role(message) or "unknown"
+        who = role(message) or str(message.get("type", "unknown"))
         if who == "tool":
             who = f"tool result ({message.get('tool_call_id', '')})"
-        body = text_of(message)
+        body = request.dialect.text(message)
         if limit_chars is not None and len(body) > limit_chars:
             body = body[: limit_chars // 2] + " [...] " + body[-limit_chars // 2 :]
         lines.append(f"{who}: {body}")
@@ -140,7 +140,7 @@ class Summarizer:
             partial = await self._call(chunk, model, headers)
             parts.append(partial.text)
             tokens += partial.tokens
-        merged = SummaryRequest(key=request.key, messages=(), previous=tuple(parts))
+        merged = SummaryRequest(request.key, (), tuple(parts), request.dialect)
         final = await self._call(transcript(merged)[: self.max_chars], model, headers)
         return SummaryResult(final.text, tokens + final.tokens)
 
@@ -175,16 +175,19 @@ def _chunks(request: SummaryRequest, max_chars: int) -> list[str]:
     size = 0
     previous: Sequence[str] = request.previous
     for message in request.messages:
-        length = len(text_of(message)) + 32
+        length = len(request.dialect.text(message)) + 32
         if current and size + length > max_chars:
-            chunks.append(transcript(SummaryRequest("", tuple(current), tuple(previous))))
+            chunks.append(
+                transcript(SummaryRequest("", tuple(current), tuple(previous), request.dialect))
+            )
             previous, current, size = (), [], 0
         current.append(message)
         size += min(length, max_chars // 2)
     if current or previous:
         chunks.append(
             transcript(
-                SummaryRequest("", tuple(current), tuple(previous)), limit_chars=max_chars // 2
+                SummaryRequest("", tuple(current), tuple(previous), request.dialect),
+                limit_chars=max_chars // 2,
             )
         )
     return chunks

@@ -199,6 +199,9 @@ class TokenCounter:
                 total += self._content_tokens(encoding, value)
             elif key == "name" and isinstance(value, str):
                 total += TOKENS_PER_NAME + self.count_text(encoding, value)
+            elif key in ("output", "summary") and isinstance(value, list):
+                # A Responses item's output (a call's result) or reasoning summary parts.
+                total += self._content_tokens(encoding, value)
             elif key in ("role", "tool_calls"):
                 if key == "role" and isinstance(value, str):
                     total += self._role_tokens(encoding, value)
@@ -236,6 +239,9 @@ class TokenCounter:
                 image = part.get("image_url")
                 detail = image.get("detail") if isinstance(image, dict) else None
                 total += IMAGE_TOKENS_LOW if detail == "low" else IMAGE_TOKENS_HIGH
+            elif kind == "input_image":
+                low = part.get("detail") == "low"
+                total += IMAGE_TOKENS_LOW if low else IMAGE_TOKENS_HIGH
             elif kind == "input_audio":
                 audio = part.get("input_audio")
                 data = audio.get("data", "") if isinstance(audio, dict) else ""

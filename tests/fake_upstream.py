@@ -25,6 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import fake_responses
+
 Json: TypeAlias = dict[str, Any]
 SUMMARIZER_MARKER = "context-proxy summarizer"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -219,6 +221,7 @@ class FakeUpstream:
     requests: list[RecordedRequest] = field(default_factory=list)
     failures: deque[tuple[int, Any, dict[str, str]]] = field(default_factory=deque)
     embeddings_down: bool = False
+    response_ids: set[str] = field(default_factory=set)
     app: Starlette = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -248,6 +251,10 @@ class FakeUpstream:
         """Bodies of the chat completion requests, excluding summariser calls."""
         return [r.body for r in self.chat_records()]
 
+    def responses_requests(self) -> list[Json]:
+        """Bodies of the `/v1/responses` requests."""
+        return [r.body for r in self.records("/v1/responses")]
+
     def summary_requests(self) -> list[Json]:
         return [r.body for r in self.records("/v1/chat/completions") if r.is_summary]
 
@@ -268,6 +275,8 @@ class FakeUpstream:
         route = (method, path)
         if route == ("POST", "/v1/chat/completions"):
             return await self.chat(raw, body)
+        if route == ("POST", "/v1/responses"):
+            return fake_responses.answer(body, raw, self.context_limits, self.response_ids)
         if route == ("POST", "/v1/embeddings"):
             if self.embeddings_down:
                 return error_response(503, SERVER_ERROR, type_="server_error")

@@ -99,7 +99,9 @@ class Assembler(Protocol):
 
     def close(self) -> None: ...
 
-    def message(self) -> Item: ...
+    def items(self) -> list[Item]:
+        """The items the answer adds to the history, in order."""
+        ...
 
 
 class Wire(Protocol):
@@ -116,6 +118,18 @@ class Wire(Protocol):
     @property
     def upstream_path(self) -> str:
         """Where the reduced request goes, under the upstream's base URL."""
+        ...
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether the resend fast path (`proxy.fastpath`) reads this format's bodies."""
+        ...
+
+    def server_state(self, payload: dict[str, Any]) -> str | None:
+        """The field by which the provider holds (or compacts) the conversation, if any.
+
+        Such a request's history is not the conversation: it goes upstream as sent.
+        """
         ...
 
     def parse(
@@ -152,6 +166,6 @@ class Wire(Protocol):
 
     def assembler(self, limit: int) -> Assembler: ...
 
-    def answer(self, content: bytes) -> Item | None:
-        """The item a whole (not streamed) answer adds to the history; None if it is none."""
+    def answer(self, content: bytes) -> list[Item] | None:
+        """The items a whole (not streamed) answer adds to the history; None if it is none."""
         ...

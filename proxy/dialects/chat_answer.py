@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 
 from ..messages import Message
-from ..sse import SSEDecoder
+from ..sse import EventReader
 
 
-class StreamAssembler:
+class StreamAssembler(EventReader):
     """Merges `chat.completion.chunk` deltas of choice 0 into one assistant message.
 
     It only observes what is relayed, so it never raises on what the upstream
@@ -30,9 +30,7 @@ class StreamAssembler:
     MAX_TOOL_CALLS = 1024
 
     def __init__(self, limit: int | None = None) -> None:
-        self.decoder = SSEDecoder(max_line=limit)
-        self.limit = limit
-        self.size = 0
+        super().__init__(limit)
         self.content: list[str] = []
         self.refusal: list[str] = []
         self.tool_calls: dict[int, dict[str, Any]] = {}
@@ -41,22 +39,6 @@ class StreamAssembler:
         self.done = False
         self.error: Any = None
         self.broken: str | None = None
-
-    @property
-    def too_large(self) -> bool:
-        return self.decoder.overflowed or (self.limit is not None and self.size > self.limit)
-
-    def feed(self, chunk: bytes) -> None:
-        if self.too_large:
-            return
-        for data in self.decoder.feed(chunk):
-            self._event(data)
-
-    def close(self) -> None:
-        if self.too_large:
-            return
-        for data in self.decoder.flush():
-            self._event(data)
 
     @property
     def complete(self) -> bool:
@@ -68,7 +50,7 @@ class StreamAssembler:
             and (self.done or self.finish_reason is not None)
         )
 
-    def _event(self, data: bytes) -> None:
+    def event(self, data: bytes) -> None:
         if data.strip() == b"[DONE]":
             self.done = True
             return
@@ -126,6 +108,9 @@ class StreamAssembler:
             if isinstance(fn.get("arguments"), str):
                 call["function"]["arguments"] += fn["arguments"]
                 self.size += len(fn["arguments"])
+
+    def items(self) -> list[Message]:
+        return [self.message()]
 
     def message(self) -> Message:
         content = "".join(self.content)

@@ -79,6 +79,10 @@ CHAT = ChatCompletions()
 class ChatCompletionsWire:
     items = CHAT
     upstream_path = "/v1/chat/completions"
+    fast_path = True
+
+    def server_state(self, payload: dict[str, Any]) -> str | None:
+        return None
 
     def parse(
         self,
@@ -108,11 +112,12 @@ class ChatCompletionsWire:
     def assembler(self, limit: int) -> StreamAssembler:
         return StreamAssembler(limit=limit)
 
-    def answer(self, content: bytes) -> Item | None:
+    def answer(self, content: bytes) -> list[Item] | None:
         try:
-            return message_from_completion(orjson.loads(content))
+            message = message_from_completion(orjson.loads(content))
         except orjson.JSONDecodeError:
             return None
+        return None if message is None else [message]
 
 
 CHAT_WIRE = ChatCompletionsWire()

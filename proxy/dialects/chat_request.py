@@ -15,6 +15,7 @@ import orjson
 
 from ..errors import ProxyError
 from ..messages import KNOWN_ROLES, Message
+from . import body as body_checks
 
 
 def parse(
@@ -29,45 +30,16 @@ def parse(
     history resent unchanged, see `known.py`); only the rest are checked.
     `parsed` is `body` already parsed, if it was (`known.reparse`).
     """
-    if parsed is not None:
-        payload = parsed
-    elif not body.strip():
-        raise ProxyError(400, "The request body is empty; expected a JSON chat request.")
-    else:
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ProxyError(
-                400, f"The request body is not valid JSON: {exc.msg}.", code="invalid_json"
-            ) from None
-    if not isinstance(payload, dict):
-        raise ProxyError(400, "The request body must be a JSON object.")
-    model = payload.get("model")
-    if not isinstance(model, str) or not model:
-        raise ProxyError(400, "'model' is required and must be a string.", param="model")
+    payload = body_checks.json_object(body, parsed, "chat request")
     messages = payload.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ProxyError(
             400, "'messages' is required and must be a non-empty array.", param="messages"
         )
-    if max_messages is not None and len(messages) > max_messages:
-        raise ProxyError(
-            413,
-            f"The request has {len(messages)} messages; the proxy accepts at most "
-            f"{max_messages} (server.max_messages).",
-            param="messages",
-            code="too_many_messages",
-        )
+    body_checks.at_most(messages, max_messages, "messages", "messages")
     for i in range(known(payload) if known is not None else 0, len(messages)):
         check_message(messages[i], f"messages[{i}]")
-    for key in ("max_tokens", "max_completion_tokens"):
-        value = payload.get(key)
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 0
-        ):
-            raise ProxyError(400, f"'{key}' must be a non-negative integer.", param=key)
-    if "stream" in payload and not isinstance(payload["stream"], bool | None):
-        raise ProxyError(400, "'stream' must be a boolean.", param="stream")
+    body_checks.flags(payload, ("max_tokens", "max_completion_tokens"))
     return payload
 
 

@@ -120,7 +120,8 @@ def reduce_summarize(ctx: Context) -> Reduction:
             if ahead > 0:
                 key = ctx.tail.evicted_key(previous, ahead)
                 evicted = ctx.tail.evicted_messages(ahead)
-                under = replace(under, prepare=(SummaryRequest(key, evicted, previous),))
+                asked = SummaryRequest(key, evicted, previous, policy.dialect)
+                under = replace(under, prepare=(asked,))
         return under
 
     if ctx.tail.evicted_key(previous, drop) not in ctx.summaries and ctx.summaries:
@@ -130,7 +131,7 @@ def reduce_summarize(ctx: Context) -> Reduction:
     key = ctx.tail.evicted_key(previous, drop)
     text = ctx.summaries.get(key)
     kept = range(drop, len(ctx.units))
-    request = SummaryRequest(key, evicted, previous)
+    request = SummaryRequest(key, evicted, previous, policy.dialect)
     window = partial(finish, ctx, blocks=blocks, kinds=reused | {"windowed"}, selected=kept)
     if text is None:
         return window(requests=(request,))

@@ -113,6 +113,7 @@ class _Book:
     """Summary texts given for this call, and the requests for the missing ones."""
 
     given: Mapping[str, str]
+    dialect: Dialect
     requests: list[SummaryRequest] = field(default_factory=list)
     used: bool = False
 
@@ -123,7 +124,9 @@ class _Book:
             self.used = True
             return text
         if all(r.key != key for r in self.requests):
-            self.requests.append(SummaryRequest(key, tuple(messages), tuple(previous)))
+            self.requests.append(
+                SummaryRequest(key, tuple(messages), tuple(previous), self.dialect)
+            )
         return None
 
 
@@ -220,7 +223,7 @@ def reduce_tiered(ctx: Context) -> Reduction:
 
 def _reduce(ctx: Context, view: _View) -> Reduction:
     alloc = allocation(ctx.budget)
-    book = _Book(ctx.summaries)
+    book = _Book(ctx.summaries, ctx.policy.dialect)
     kinds: set[str] = set()
     topics = _topics(view)
     current = topics.pop() if topics and view.active < len(view.pieces) else []

@@ -184,6 +184,8 @@ class SummaryRequest:
     key: str
     messages: tuple[Message, ...]
     previous: tuple[str, ...] = ()
+    # Whose items `messages` are: the summariser reads their text through it.
+    dialect: Dialect = field(default=CHAT, compare=False)
 
 
 @dataclass(frozen=True)

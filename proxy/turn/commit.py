@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..messages import Message
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("context_proxy.chat")
 
 
-async def commit(ctx: AppContext, outcome: Outcome, answer: Message) -> None:
+async def commit(ctx: AppContext, outcome: Outcome, answer: Sequence[Message]) -> None:
     """Store the completed turn; in append mode, rebase onto turns other replicas committed."""
     for _ in range(MAX_REBASES):
         try:

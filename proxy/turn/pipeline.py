@@ -16,12 +16,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..context import AppContext
 from ..dialects import Item, Wire
 from ..dialects.chat_completions import CHAT_WIRE
+from ..dialects.responses import RESPONSES_WIRE
 from ..errors import ProxyError
 from ..fastpath import Resend
 from ..intake import check_content_type, read_body
@@ -44,6 +46,11 @@ async def chat_completions(request: Request) -> Response:
     return await conversation_turn(request, CHAT_WIRE)
 
 
+async def responses(request: Request) -> Response:
+    """`POST /v1/responses`."""
+    return await conversation_turn(request, RESPONSES_WIRE)
+
+
 async def conversation_turn(request: Request, wire: Wire) -> Response:
     ctx: AppContext = request.state.ctx
     started = time.perf_counter()
@@ -52,15 +59,17 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     check_content_type(given.get("content-type"))
     server = ctx.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
-    resend = Resend(ctx.sessions, given, body, enabled=ctx.settings.server.fast_path)
+    resend = Resend(ctx.sessions, given, body, enabled=server.fast_path and wire.fast_path)
     payload = wire.parse(body, resend, resend.reparse(), server.max_messages)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode, strategy = options(ctx, given)
-    messages = wire.history(payload)
-    key = resend.conversation(messages)  # identify
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
     streaming = wire.streams(payload)
+    if wire.server_state(payload) is not None:  # the provider holds the conversation
+        return await as_sent(ctx, wire, body, headers, streaming)
+    messages = wire.history(payload)
+    key = resend.conversation(messages)  # identify
     # Append-mode turns of one conversation apply in arrival order.
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
@@ -131,7 +140,7 @@ async def plan(
     defined = ctx.counter.count_definitions(model, wire.definitions(payload))
     reserved = wire.reserved_output(payload) + defined
     reduction, made, spent = await reduce_turn(
-        ctx, loaded, model, reserved, strategy, headers, branch, memo
+        ctx, loaded, model, reserved, strategy, headers, branch, memo, wire.items
     )
     if resend is not None and loaded.digests is not None and loaded.hashes is not None:
         resend.remember(
@@ -159,6 +168,23 @@ async def plan(
         headers,
         recalled,
         branch,
+    )
+
+
+async def as_sent(
+    ctx: AppContext, wire: Wire, body: bytes, headers: dict[str, str], streaming: bool
+) -> Response:
+    """Forward the request unchanged and relay the answer; nothing is reduced or stored."""
+    response = await send(ctx, ctx.url_for(wire.upstream_path), body, headers, events=streaming)
+    refused = refused_operator_key(ctx.settings.upstream, response.status_code)
+    if refused is not None:
+        await response.aclose()
+        return Response(refused, status_code=response.status_code, media_type="application/json")
+    return StreamingResponse(
+        response.aiter_raw(),
+        status_code=response.status_code,
+        headers={**response_headers(response.headers), "x-context-reduction": "passthrough"},
+        background=BackgroundTask(response.aclose),
     )
 
 

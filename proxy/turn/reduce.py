@@ -13,6 +13,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
 from ..errors import ProxyError
 from ..reduction import reduce
 from ..reduction.tail import Tail
@@ -37,6 +39,7 @@ async def reduce_turn(
     headers: dict[str, str],
     branch: Branch,
     memo: Tail | None = None,
+    dialect: Dialect = CHAT,
 ) -> tuple[Reduction, int, int]:
     """The turn's reduction, and the summaries made for it and their tokens.
 
@@ -55,7 +58,7 @@ async def reduce_turn(
     # A stretch that has its preparation already needs no other, and without
     # one to compute the core answers a turn near the trigger at a glance.
     preparing = branch.stretch != stretch(turn.working.state)
-    policy = ctx.policy(strategy, preparing=preparing)
+    policy = ctx.policy(strategy, preparing=preparing, dialect=dialect)
     budget = ctx.budget(model, reserved)
     prepared = branch.texts
 

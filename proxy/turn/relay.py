@@ -59,11 +59,11 @@ async def relay(
             assembler.feed(chunk)
             if assembler.done and not committed and assembler.complete:
                 committed = True
-                await commit(ctx, outcome, assembler.message())
+                await commit(ctx, outcome, assembler.items())
             yield chunk
         assembler.close()
         if assembler.complete and not committed:
-            await commit(ctx, outcome, assembler.message())
+            await commit(ctx, outcome, assembler.items())
         elif not committed:
             not_stored(outcome, assembler.broken or ("too large" if assembler.too_large else ""))
     except httpx.HTTPError as exc:
@@ -99,7 +99,7 @@ async def read_whole(
     ctx: AppContext,
     response: httpx.Response,
     outcome: Outcome,
-    answer_of: Callable[[bytes], Item | None],
+    answer_of: Callable[[bytes], list[Item] | None],
 ) -> bytes | Oversized:
     """A JSON answer, read whole; the turn is committed if it is a completed answer.
 
@@ -122,7 +122,7 @@ async def read_whole(
         content = b"".join(chunks)
     if response.status_code == 200:
         answer = answer_of(content)
-        if answer is not None:
+        if answer:
             await commit(ctx, outcome, answer)
     return content
 

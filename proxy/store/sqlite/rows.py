@@ -15,6 +15,9 @@ from proxy.store.schema import WALK_CHAIN
 
 T = TypeVar("T")
 
+# Most items one answer adds after the request's last message (a Responses
+# answer's reasoning, calls and message); bounds the walk of a chain.
+MAX_ANSWER_ITEMS = 4096
 # Well under SQLite's bound-parameter limit (999 on old builds).
 IN_CHUNK = 500
 # The newest turn's head is nearly always among the last few messages.
@@ -89,10 +92,10 @@ def working_of_chain(
 
     The chain is walked from its last message back to the first (one index
     lookup a message, in SQLite), at most as many as the head's position and
-    the answer after it.
+    the answer's items after it.
     """
     leading, start, last = described
-    rows = db.execute(WALK_CHAIN, (cid, last, position + 2)).fetchall()
+    rows = db.execute(WALK_CHAIN, (cid, last, position + 1 + MAX_ANSWER_ITEMS)).fetchall()
     if not rows or rows[0][0] != "":
         raise sqlite3.DatabaseError("the archived chain of the working history is incomplete")
     texts = [message for _, message in rows]

@@ -1,0 +1,160 @@
+"""OpenAI's `/v1/responses`: its input items as the core sees them, and the route's wire.
+
+An input item is a message (`type` "message", or a bare `role`/`content`
+pair), a call (`function_call`, `custom_tool_call`, `computer_call`, ...)
+or the output answering one (matched by `call_id`), a reasoning item, or
+an item the model produced and consumes whole (a web search, an MCP call).
+Calls made together arrive as separate items and their outputs follow
+them all; a reasoning item must reach the upstream together with the item
+after it. Requests are read and written in `responses_request.py`,
+answers in `responses_answer.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from ..messages import LEADING_ROLES
+from . import Item, responses_request
+from .responses_answer import ResponsesAssembler, items_from_response
+
+# A call's item type, the type of the item answering it, and the answer's key naming the call.
+CALLS = {
+    "function_call": ("function_call_output", "call_id"),
+    "custom_tool_call": ("custom_tool_call_output", "call_id"),
+    "computer_call": ("computer_call_output", "call_id"),
+    "shell_call": ("shell_call_output", "call_id"),
+    "apply_patch_call": ("apply_patch_call_output", "call_id"),
+    "mcp_approval_request": ("mcp_approval_response", "approval_request_id"),
+}
+ANSWERS = {answer: key for answer, key in CALLS.values()}
+TOOL_TYPES = frozenset(CALLS) | frozenset(ANSWERS)
+
+
+def kind(item: Item) -> str:
+    """The item's type; a bare `{"role", "content"}` item is a message."""
+    found = item.get("type")
+    return found if isinstance(found, str) else "message"
+
+
+def _call_id(item: Item) -> str:
+    key = "id" if kind(item) == "mcp_approval_request" else "call_id"
+    return str(item.get(key, ""))
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(p["text"]) for p in value if isinstance(p, dict) and "text" in p]
+    return []
+
+
+class ResponsesItems:
+    name = "responses"
+    separate_calls = True
+    opaque_items = True
+
+    def is_instruction(self, item: Item) -> bool:
+        return kind(item) == "message" and item.get("role") in LEADING_ROLES
+
+    def opens_turn(self, item: Item) -> bool:
+        return kind(item) == "message" and item.get("role") == "user"
+
+    def call_ids(self, item: Item) -> list[str]:
+        return [_call_id(item)] if kind(item) in CALLS else []
+
+    def answers(self, item: Item) -> str | None:
+        key = ANSWERS.get(kind(item))
+        return None if key is None else str(item.get(key, ""))
+
+    def call_names(self, item: Item) -> dict[str, str]:
+        found = kind(item)
+        if found not in CALLS:
+            return {}
+        name = item.get("name")
+        return {_call_id(item): name if isinstance(name, str) else found.removesuffix("_call")}
+
+    def travels_with_next(self, item: Item) -> bool:
+        return kind(item) == "reasoning"
+
+    def holds_tools(self, items: Sequence[Item]) -> bool:
+        return any(kind(i) in TOOL_TYPES for i in items)
+
+    def text(self, item: Item) -> str:
+        found = kind(item)
+        if found == "message":
+            return "\n".join(_texts(item.get("content")))
+        if found == "reasoning":
+            return "\n".join(_texts(item.get("summary")))
+        if found in ANSWERS:
+            return "\n".join(_texts(item.get("output")))
+        if found in CALLS:
+            return f"{item.get('name', found)}({item.get('arguments', item.get('input', ''))})"
+        return ""
+
+    def summary(self, text: str) -> Item:
+        return {"type": "message", "role": "developer", "content": text}
+
+    def note(self, text: str) -> Item:
+        return {"type": "message", "role": "assistant", "content": text}
+
+    def placeholder(self, call_id: str, text: str) -> Item:
+        return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+    def cleared(self, item: Item, text: str) -> Item:
+        return {**item, "output": text}
+
+
+RESPONSES = ResponsesItems()
+
+
+class ResponsesWire:
+    items = RESPONSES
+    upstream_path = "/v1/responses"
+    fast_path = False
+
+    def server_state(self, payload: dict[str, Any]) -> str | None:
+        return responses_request.server_state(payload)
+
+    def parse(
+        self,
+        body: bytes,
+        known: Callable[[dict[str, Any]], int] | None,
+        parsed: Any,
+        max_items: int,
+    ) -> dict[str, Any]:
+        return responses_request.parse(body, known, parsed, max_items)
+
+    def history(self, payload: dict[str, Any]) -> list[Item]:
+        items: list[Item] = payload["input"]
+        return items
+
+    def reserved_output(self, payload: dict[str, Any]) -> int:
+        value = payload.get("max_output_tokens")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def definitions(self, payload: dict[str, Any]) -> list[Any]:
+        keys = ("instructions", "tools", "text")
+        return [payload[k] for k in keys if payload.get(k)]
+
+    def streams(self, payload: dict[str, Any]) -> bool:
+        return bool(payload.get("stream"))
+
+    def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
+        return responses_request.render(body, payload, items)
+
+    def assembler(self, limit: int) -> ResponsesAssembler:
+        return ResponsesAssembler(limit=limit)
+
+    def answer(self, content: bytes) -> list[Item] | None:
+        try:
+            return items_from_response(orjson.loads(content))
+        except orjson.JSONDecodeError:
+            return None
+
+
+RESPONSES_WIRE = ResponsesWire()

@@ -1,0 +1,96 @@
+"""Responses requests: the body checked into a payload, and rendered back once reduced.
+
+As for chat, only what the proxy must understand is checked: `input`'s
+items, so that it can group and pair them. Item types it does not know
+(built-in tools, item references, types added later) pass as they are.
+A string `input` is one user message; it is sent back as the string when
+nothing was reduced.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from ..errors import ProxyError
+from . import Item
+from . import body as body_checks
+
+MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
+CALL_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call_output"})
+# Fields that make OpenAI, not the request, hold the conversation or its compaction.
+SERVER_STATE = ("previous_response_id", "conversation", "context_management")
+
+
+def parse(
+    body: bytes,
+    known: Callable[[dict[str, Any]], int] | None = None,
+    parsed: Any = None,
+    max_items: int | None = None,
+) -> dict[str, Any]:
+    """The Responses request as a dict, or a 400/413 saying what is wrong."""
+    payload = body_checks.json_object(body, parsed, "Responses request")
+    items = payload.get("input")
+    if isinstance(items, str):
+        items = payload["input"] = [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise ProxyError(
+            400, "'input' is required: a string or a non-empty array of items.", param="input"
+        )
+    body_checks.at_most(items, max_items, "input", "input items")
+    for i in range(known(payload) if known is not None else 0, len(items)):
+        check_item(items[i], f"input[{i}]")
+    body_checks.flags(payload, ("max_output_tokens",))
+    return payload
+
+
+def check_item(item: Any, where: str) -> None:
+    if not isinstance(item, dict):
+        raise ProxyError(400, f"{where} must be an object.", param=where)
+    kind = item.get("type", "message")
+    if not isinstance(kind, str):
+        raise ProxyError(400, f"{where}.type must be a string.", param=f"{where}.type")
+    if kind == "message":
+        role = item.get("role")
+        if role not in MESSAGE_ROLES:
+            raise ProxyError(
+                400,
+                f"{where}.role must be one of {', '.join(sorted(MESSAGE_ROLES))}; got {role!r}.",
+                param=f"{where}.role",
+            )
+        if not isinstance(item.get("content"), str | list):
+            raise ProxyError(
+                400, f"{where}.content must be a string or an array.", param=f"{where}.content"
+            )
+    elif kind in CALL_ITEMS and not isinstance(item.get("call_id"), str):
+        raise ProxyError(
+            400, f"{where}.call_id is required for {kind} items.", param=f"{where}.call_id"
+        )
+
+
+def server_state(payload: dict[str, Any]) -> str | None:
+    """The field that makes OpenAI hold this conversation (or compact it), if any.
+
+    Such a request's `input` is not the conversation, so it cannot be
+    reduced; the app chose the provider's state or compaction.
+    """
+    for key in SERVER_STATE:
+        if payload.get(key):
+            return key
+    if any(isinstance(i, dict) and i.get("type") == "compaction" for i in payload["input"]):
+        return "compaction"
+    return None
+
+
+def render(body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
+    """The upstream's request: the client's own bytes when every item was kept as sent."""
+    sent = payload["input"]
+    if len(items) == len(sent) and all(map(operator.is_, items, sent)):
+        return body
+    try:
+        return orjson.dumps({**payload, "input": list(items)})
+    except orjson.JSONEncodeError as exc:
+        raise ProxyError(400, f"The request cannot be re-encoded as JSON: {exc}.") from None

@@ -1,0 +1,234 @@
+"""The fake upstream's `/v1/responses`: validates input as OpenAI does, answers deterministically.
+
+Checks: items are well-formed; every `function_call_output` follows its
+`function_call` and every call has its output; a reasoning item is followed
+by the item it belongs to; instructions, input and tools fit the model's
+window (`context_limits`, estimated at four characters a token);
+`previous_response_id` names a response this fake gave. A last user message
+containing "call tool NAME" gets a reasoning item and a call to NAME, a last
+function output "Tool said: ...", anything else "Echo: ...". Streams carry
+OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+Json = dict[str, Any]
+ROLES = ("user", "assistant", "system", "developer")
+
+
+class Invalid(Exception):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+def error(status: int, message: str, param: str | None = None, code: str | None = None) -> Response:
+    body = {
+        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    }
+    return JSONResponse(body, status_code=status)
+
+
+def text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise Invalid("Missing required parameter: 'model'.", "model")
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise Invalid("Invalid type for 'input': expected a string or an array.", "input")
+    previous = body.get("previous_response_id")
+    if previous is not None and previous not in known:
+        raise Invalid(f"Previous response with id '{previous}' not found.", "previous_response_id")
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise Invalid(f"Invalid type for '{where}': expected an object.", where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            if item.get("role") not in ROLES:
+                raise Invalid(f"Invalid value: '{item.get('role')}'.", f"{where}.role")
+            if not isinstance(item.get("content"), str | list):
+                raise Invalid(f"Missing required parameter: '{where}.content'.", f"{where}.content")
+        elif kind == "function_call":
+            for key in ("call_id", "name", "arguments"):
+                if not isinstance(item.get(key), str):
+                    raise Invalid(f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}")
+            calls.add(item["call_id"])
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id not in calls:
+                raise Invalid(
+                    f"No tool call found for function call output with call_id {call_id}.", "input"
+                )
+            answered.add(call_id)
+        elif kind == "reasoning":
+            after = items[i + 1] if i + 1 < len(items) else None
+            if not isinstance(after, dict) or after.get("type") == "reasoning":
+                raise Invalid(
+                    f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
+                    "required following item.",
+                    "input",
+                )
+    for call_id in sorted(calls - answered):
+        raise Invalid(f"No tool output found for function call {call_id}.", "input")
+    limit = windows.get(body["model"])
+    parts = [body.get("instructions") or "", json.dumps(items), json.dumps(body.get("tools") or [])]
+    tokens = sum(len(p) for p in parts) // 4
+    if limit is not None and tokens + int(body.get("max_output_tokens") or 0) > limit:
+        raise Invalid(
+            "Your input exceeds the context window of this model. Please adjust your input "
+            "and try again.",
+            "input",
+            "context_length_exceeded",
+        )
+    return items
+
+
+def output_for(items: list[Json], digest: str) -> list[Json]:
+    last = items[-1]
+    kind = last.get("type", "message")
+    if kind == "message" and last.get("role") == "user":
+        text = text_of(last.get("content"))
+        match = re.search(r"call tool\s*(\w*)", text, re.IGNORECASE)
+        if match:
+            name = match.group(1) or "lookup"
+            return [
+                {
+                    "id": f"rs_{digest}",
+                    "type": "reasoning",
+                    "summary": [{"type": "summary_text", "text": f"Deciding to call {name}."}],
+                },
+                {
+                    "id": f"fc_{digest}",
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": f"call_{digest}",
+                    "name": name,
+                    "arguments": json.dumps({"q": text[:60]}),
+                },
+            ]
+        answer = f"Echo: {text[:200]}"
+    elif kind == "function_call_output":
+        answer = f"Tool said: {text_of(last.get('output'))[:50]}"
+    else:
+        answer = "Noted."
+    part = {"type": "output_text", "text": answer, "annotations": []}
+    return [
+        {
+            "id": f"msg_{digest}",
+            "type": "message",
+            "status": "completed",
+            "role": "assistant",
+            "content": [part],
+        }
+    ]
+
+
+def response_object(body: Json, digest: str, output: list[Json], status: str) -> Json:
+    size = len(json.dumps(body.get("input"))) // 4
+    return {
+        "id": f"resp_{digest}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": body["model"],
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": {"effort": None, "summary": None},
+        "store": body.get("store", True),
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": body.get("tools") or [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": size,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 8,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": size + 8,
+        },
+        "user": None,
+        "metadata": {},
+    }
+
+
+def answer(body: Any, raw: bytes, windows: dict[str, int], known: set[str]) -> Response:
+    try:
+        items = validate(body, windows, known)
+    except Invalid as exc:
+        return error(400, str(exc), exc.param, exc.code)
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    output = output_for(items, digest)
+    known.add(f"resp_{digest}")
+    final = response_object(body, digest, output, "completed")
+    if body.get("stream"):
+        return StreamingResponse(events(body, digest, final), media_type="text/event-stream")
+    return JSONResponse(final)
+
+
+async def events(body: Json, digest: str, final: Json) -> AsyncIterator[bytes]:
+    sequence = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal sequence
+        data = {"type": kind, "sequence_number": sequence, **fields}
+        sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+    yield event("response.created", response={**final, "status": "in_progress", "output": []})
+    yield event("response.in_progress", response={**final, "status": "in_progress", "output": []})
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            yield event(
+                "response.output_item.added", output_index=index, item={**item, "content": []}
+            )
+            empty = {"type": "output_text", "text": "", "annotations": []}
+            ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            yield event("response.content_part.added", **ids, part=empty)
+            for piece in re.findall(r"\S+\s*|\s+", text) or [""]:
+                yield event("response.output_text.delta", **ids, delta=piece, logprobs=[])
+            yield event("response.output_text.done", **ids, text=text, logprobs=[])
+            yield event("response.content_part.done", **ids, part=item["content"][0])
+        elif item["type"] == "function_call":
+            yield event(
+                "response.output_item.added", output_index=index, item={**item, "arguments": ""}
+            )
+            ids = {"item_id": item["id"], "output_index": index}
+            for i in range(0, len(item["arguments"]), 7):
+                yield event(
+                    "response.function_call_arguments.delta",
+                    **ids,
+                    delta=item["arguments"][i : i + 7],
+                )
+            yield event("response.function_call_arguments.done", **ids, arguments=item["arguments"])
+        else:
+            yield event("response.output_item.added", output_index=index, item=item)
+        yield event("response.output_item.done", output_index=index, item=item)
+    yield event("response.completed", response=final)

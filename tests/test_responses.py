@@ -1,0 +1,223 @@
+"""The Responses dialect: its requests read and written back, its items grouped, its answers read.
+
+Pure tests; the route through the real server is in test_responses_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.dialects.responses import RESPONSES, RESPONSES_WIRE
+from proxy.dialects.responses_answer import ResponsesAssembler
+from proxy.errors import ProxyError
+from proxy.messages import Message
+from proxy.reduction import STRATEGIES, Budget, ContextTooLarge, Policy, Working, reduce
+from proxy.reduction.chains import group
+from proxy.reduction.types import MaskPolicy
+from tests import fake_responses
+from tests.test_dialect_seam import assert_chains_whole, histories
+
+BODIES = Path(__file__).parent / "data" / "responses-sdk-bodies.jsonl"
+
+
+def sdk_bodies() -> list[bytes]:
+    return [line.encode() for line in BODIES.read_text().splitlines()]
+
+
+def parse(body: bytes) -> dict[str, Any]:
+    return RESPONSES_WIRE.parse(body, None, None, 20_000)
+
+
+@pytest.mark.parametrize("body", sdk_bodies(), ids=lambda b: str(len(b)))
+def test_the_sdks_bodies_round_trip(body: bytes) -> None:
+    payload = parse(body)
+    items = RESPONSES_WIRE.history(payload)
+    assert RESPONSES_WIRE.render(body, payload, items) is body  # nothing reduced: its bytes
+    summary = RESPONSES.summary("what came before")
+    again = orjson.loads(RESPONSES_WIRE.render(body, payload, [summary, *items]))
+    sent = orjson.loads(body)
+    assert {k: v for k, v in again.items() if k != "input"} == {
+        k: v for k, v in sent.items() if k != "input"
+    }
+    assert again["input"][0] == summary
+    assert again["input"][1:] == (sent["input"] if isinstance(sent["input"], list) else [items[0]])
+
+
+def test_the_sdks_items_are_classified() -> None:
+    payload = parse(sdk_bodies()[2])
+    kinds = [
+        (
+            RESPONSES.is_instruction(i),
+            RESPONSES.opens_turn(i),
+            RESPONSES.call_ids(i),
+            RESPONSES.answers(i),
+            RESPONSES.travels_with_next(i),
+        )
+        for i in RESPONSES_WIRE.history(payload)
+    ]
+    call = payload["input"][3]["call_id"]
+    assert kinds[:5] == [
+        (True, False, [], None, False),  # developer message
+        (False, True, [], None, False),  # user message
+        (False, False, [], None, True),  # reasoning
+        (False, False, [call], None, False),  # function_call
+        (False, False, [], call, False),  # function_call_output
+    ]
+    assert RESPONSES.call_names(payload["input"][3]) == {call: "lookup"}
+    units = group(payload["input"][1:], dialect=RESPONSES)
+    assert [u.size for u in units[:2]] == [1, 3]  # reasoning, call and output are one unit
+
+
+def test_a_string_input_is_one_user_message_sent_back_as_a_string() -> None:
+    body = b'{"model":"m","input":"hi there"}'
+    payload = parse(body)
+    assert RESPONSES_WIRE.history(payload) == [{"role": "user", "content": "hi there"}]
+    assert RESPONSES_WIRE.render(body, payload, RESPONSES_WIRE.history(payload)) is body
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m"}, "input"),
+        ({"model": "m", "input": []}, "input"),
+        ({"input": "x"}, "model"),
+        ({"model": "m", "input": [3]}, "input[0]"),
+        ({"model": "m", "input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": "user", "content": 3}]}, "input[0].content"),
+        ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, None),
+        ({"model": "m", "input": "x", "max_output_tokens": -1}, "max_output_tokens"),
+        ({"model": "m", "input": "x", "stream": "yes"}, "stream"),
+    ],
+)
+def test_bad_requests_get_a_400_naming_the_field(body: dict[str, Any], param: str | None) -> None:
+    with pytest.raises(ProxyError) as refused:
+        parse(json.dumps(body).encode())
+    assert refused.value.status == 400
+    if param is not None:
+        assert refused.value.param == param
+    else:
+        assert "call_id" in str(refused.value)
+
+
+def test_too_many_items_is_a_413() -> None:
+    body = json.dumps({"model": "m", "input": [{"role": "user", "content": "x"}] * 5}).encode()
+    with pytest.raises(ProxyError) as refused:
+        RESPONSES_WIRE.parse(body, None, None, 4)
+    assert refused.value.status == 413
+
+
+@pytest.mark.parametrize(
+    ("extra", "held"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"context_management": [{"type": "compaction"}]}, "context_management"),
+        (
+            {"input": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "x"}]},
+            "compaction",
+        ),
+        ({}, None),
+    ],
+)
+def test_requests_whose_conversation_the_provider_holds_are_recognised(
+    extra: dict[str, Any], held: str | None
+) -> None:
+    body = {"model": "m", "input": [{"role": "user", "content": "x"}], **extra}
+    assert RESPONSES_WIRE.server_state(parse(json.dumps(body).encode())) == held
+
+
+def test_tool_definitions_instructions_and_schemas_count() -> None:
+    payload = parse(sdk_bodies()[2])
+    found = RESPONSES_WIRE.definitions(payload)
+    assert payload["tools"] in found and payload["text"] in found
+    assert RESPONSES_WIRE.definitions(parse(sdk_bodies()[1])) == [
+        "Be concise.",
+        payload["tools"],
+    ]
+
+
+def stream_of(body: dict[str, Any]) -> tuple[list[bytes], list[Message]]:
+    """The fake upstream's events for `body`, and the output items they carry."""
+    items = fake_responses.validate(body, {}, set())
+    final = fake_responses.response_object(
+        body, "d1", fake_responses.output_for(items, "d1"), "completed"
+    )
+
+    async def collect() -> list[bytes]:
+        return [e async for e in fake_responses.events(body, "d1", final)]
+
+    return asyncio.run(collect()), final["output"]
+
+
+@pytest.mark.parametrize("question", ["please call tool lookup", "hello"])
+def test_a_stream_split_anywhere_assembles_the_output_items(question: str) -> None:
+    events, output = stream_of({"model": "m", "input": question, "stream": True})
+    data = b"".join(events)
+    rng = random.Random(3)
+    for _ in range(20):
+        assembler = RESPONSES_WIRE.assembler(1 << 20)
+        cuts = sorted(rng.sample(range(1, len(data)), 12))
+        for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True):
+            assembler.feed(data[a:b])
+        assembler.close()
+        assert assembler.complete and assembler.items() == output
+
+
+def test_a_failed_or_cut_stream_is_not_complete() -> None:
+    events, _ = stream_of({"model": "m", "input": "hello", "stream": True})
+    cut = ResponsesAssembler(1 << 20)
+    for event in events[:-1]:  # no response.completed
+        cut.feed(event)
+    cut.close()
+    assert not cut.complete
+    failed = ResponsesAssembler(1 << 20)
+    failed.feed(b'data: {"type":"response.failed","response":{"status":"failed","output":[]}}\n\n')
+    assert failed.done and not failed.complete
+    small = ResponsesAssembler(100)
+    for event in events:
+        small.feed(event)
+    assert small.too_large and not small.complete
+
+
+def test_a_whole_answer_gives_its_output_items() -> None:
+    body = {"model": "m", "input": "please call tool lookup"}
+    output = fake_responses.output_for(fake_responses.validate(body, {}, set()), "d2")
+    whole = fake_responses.response_object(body, "d2", output, "completed")
+    assert RESPONSES_WIRE.answer(orjson.dumps(whole)) == output
+    assert RESPONSES_WIRE.answer(orjson.dumps({**whole, "status": "failed"})) is None
+    assert RESPONSES_WIRE.answer(b"not json") is None
+
+
+def count(item: Message) -> int:
+    return 4 + len(RESPONSES.text(item)) // 4
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.sampled_from(STRATEGIES), st.integers(60, 3000))
+def test_every_strategy_keeps_responses_chains_whole_and_fits(
+    items: list[Message], strategy: str, window: int
+) -> None:
+    """The real dialect, Responses-shaped histories: calls, outputs and reasoning stay together."""
+    leading = ({"type": "message", "role": "developer", "content": "Be brief."},)
+    policy = Policy(strategy=strategy, dialect=RESPONSES, mask=MaskPolicy(clear_at_least=1))
+    budget = Budget(context_tokens=window)
+    try:
+        red = reduce(Working(leading, tuple(items)), policy, budget, count)
+        texts = {r.key: "earlier talk" for r in red.summary_requests}
+        if texts:
+            red = reduce(Working(leading, tuple(items)), policy, budget, count, texts)
+    except ContextTooLarge:
+        return
+    assert red.messages[0] == leading[0]
+    assert_chains_whole(red.messages)
+    if strategy != "none":
+        assert sum(map(count, red.messages)) + 3 <= budget.hard_limit

@@ -1,0 +1,226 @@
+"""`/v1/responses` through the real server, driven by the official `openai` client.
+
+The fake upstream validates input the way OpenAI does (calls paired with
+their outputs, reasoning with its call, the context window enforced) and
+records what it was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.tokens import TokenCounter
+
+from .fake_upstream import FakeUpstream, create_fake_upstream
+from .servers import run_server
+
+pytestmark = pytest.mark.integration
+
+MODEL = "tiny-window"
+WINDOW = 4000
+TOOLS: Any = [
+    {
+        "type": "function",
+        "name": "lookup",
+        "description": "Look up facts about a city.",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeUpstream, str]]:
+    upstream = create_fake_upstream(context_limits={MODEL: WINDOW})
+    with run_server(upstream.app) as url:
+        yield upstream, url + "/v1"
+
+
+def start_proxy(upstream_url: str, db: Path) -> Any:
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
+            "CONTEXT_PROXY_STORE_PATH": str(db),
+        },
+        overrides={"models": {"windows": {MODEL: WINDOW}}},
+    )
+    return run_server(create_app(settings))
+
+
+class Agent:
+    """An app on the Responses API that keeps its input list and sends it whole (store=False)."""
+
+    def __init__(self, url: str, **headers: str) -> None:
+        self.api = openai.OpenAI(
+            base_url=url, api_key="sk-responses", max_retries=0, default_headers=headers
+        )
+        self.input: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+
+    def send(self, *new: Any, stream: bool = False) -> Any:
+        self.input.extend(new)
+        kwargs: Any = {"model": MODEL, "input": self.input, "tools": TOOLS, "store": False}
+        if stream:
+            with self.api.responses.with_streaming_response.create(**kwargs, stream=True) as raw:
+                headers = dict(raw.headers)
+                done = [e for e in raw.parse() if e.type == "response.completed"]
+            response = done[0].response
+        else:
+            raw = self.api.responses.with_raw_response.create(**kwargs)
+            headers, response = dict(raw.headers), raw.parse()
+        self.headers.append(headers)
+        assert response.status == "completed" and response.output
+        self.input += [item.model_dump(exclude_none=True) for item in response.output]
+        return response
+
+    def turn(self, i: int) -> None:
+        stream = i % 4 == 1
+        if i % 5 == 3:
+            response = self.send(
+                {"role": "user", "content": f"Turn {i}: please call tool lookup for city {i}."},
+                stream=stream,
+            )
+            call = next(o for o in response.output if o.type == "function_call")
+            output = f"City {i} has {i % 7 + 2} museums, a river walk and an old town."
+            self.send({"type": "function_call_output", "call_id": call.call_id, "output": output})
+        else:
+            text = f"Turn {i}: tell me about day {i} of the trip, budget {i * 10} euros."
+            self.send({"role": "user", "content": text}, stream=stream)
+
+
+def prefix_share(requests: list[list[Any]]) -> float:
+    pairs = list(itertools.pairwise(requests))
+    return sum(1 for a, b in pairs if b[: len(a)] == a) / len(pairs)
+
+
+def test_150_stateless_turns_are_reduced_stored_and_stay_valid(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            for i in range(150):
+                agent.turn(i)
+    counter = TokenCounter()
+    sent = counter.count_messages(MODEL, agent.input)
+    assert sent > 3 * WINDOW, sent
+    forwarded = [r["input"] for r in upstream.responses_requests()]
+    assert len(forwarded) == len(agent.headers)  # every request answered, none rejected
+    for headers in agent.headers:
+        assert int(headers["x-context-tokens-out"]) <= 0.7 * WINDOW
+    kinds = [h["x-context-reduction"] for h in agent.headers]
+    assert any("summarized" in k for k in kinds) and kinds[0] == "none"
+    assert prefix_share(forwarded) >= 0.85, prefix_share(forwarded)
+    assert len(upstream.summary_requests()) <= 0.15 * 150
+    summaries = [
+        r["input"][0] for r in upstream.responses_requests() if r["input"][0]["role"] == "developer"
+    ]
+    assert summaries and summaries[-1]["content"].startswith("Summary of the earlier conversation:")
+
+
+def test_a_conversation_the_provider_holds_goes_through_as_sent(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            first = api.responses.create(model=MODEL, input="Hello, remember the number 7.")
+            raw = api.responses.with_raw_response.create(
+                model=MODEL, input="What number?", previous_response_id=first.id
+            )
+            with pytest.raises(openai.BadRequestError) as unknown:
+                api.responses.create(model=MODEL, input="x", previous_response_id="resp_nope")
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    assert "x-context-tokens-in" not in raw.headers
+    chained = upstream.records("/v1/responses")[1]
+    assert chained.body["previous_response_id"] == first.id
+    assert chained.body["input"] == "What number?"  # forwarded as the app sent it
+    assert unknown.value.status_code == 400  # the upstream's own answer, relayed
+
+
+def test_append_mode_supplies_the_stored_items_the_answer_included(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        full = Agent(url + "/v1", **{"X-Conversation-Id": "trip"})
+        with full.api:
+            full.send({"role": "user", "content": "Plan a trip. Please call tool lookup first."})
+            appended = Agent(
+                url + "/v1", **{"X-Conversation-Id": "trip", "X-Context-Mode": "append"}
+            )
+            with appended.api:
+                call = full.input[-1]
+                output = {
+                    "type": "function_call_output",
+                    "call_id": call["call_id"],
+                    "output": "Sunny.",
+                }
+                appended.send(output, stream=True)
+                appended.input = []
+                appended.send({"role": "user", "content": "Thanks. And the day after?"})
+    requests = [r["input"] for r in upstream.responses_requests()]
+    # The stored answer (a reasoning item and the call) came before the output the app sent.
+    assert [i.get("type") for i in requests[1]] == [
+        None,
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert requests[2][: len(requests[1])] == requests[1]
+    assert requests[2][-1] == {"role": "user", "content": "Thanks. And the day after?"}
+
+
+def test_an_agents_sdk_run_of_60_turns_completes_on_a_small_window(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    """The OpenAI Agents SDK with its default (Responses) model and a function tool."""
+    agents = pytest.importorskip("agents", reason="openai-agents does not install here")
+    upstream, upstream_url = fake
+    looked_up: list[str] = []
+
+    @agents.function_tool
+    def lookup(q: str) -> str:
+        """Look up facts about a place."""
+        looked_up.append(q)
+        return f"{q[:40]}: three museums, a river walk and an old town with narrow streets."
+
+    async def run(url: str) -> list[Any]:
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-agents", max_retries=0)
+        agent = agents.Agent(
+            name="guide",
+            instructions="You are a travel guide. Keep answers short.",
+            model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
+            tools=[lookup],
+        )
+        items: list[Any] = []
+        async with client:
+            for i in range(60):
+                ask = f"Turn {i}: what should I see on day {i}, with a budget of {i * 10} euros?"
+                if i % 5 == 3:
+                    ask = f"Turn {i}: please call tool lookup for district {i}."
+                result = await agents.Runner.run(agent, [*items, {"role": "user", "content": ask}])
+                assert result.final_output
+                items = result.to_input_list()
+        return items
+
+    agents.set_tracing_disabled(True)
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        items = asyncio.run(run(url))
+    assert len(looked_up) == 12
+    sent = TokenCounter().count_messages(MODEL, items)
+    assert sent > WINDOW, sent  # the history outgrew the window; every turn still answered
+    forwarded = [r["input"] for r in upstream.responses_requests()]
+    assert len(forwarded) == 72  # a request a turn, and one more after each tool call
+    summarised = [f for f in forwarded if f[0].get("role") == "developer"]
+    assert summarised, "the history was never reduced"
