@@ -79,6 +79,7 @@ def create_app(
             model=summarizer_model,
             timeout_s=r.summarizer_timeout_s,
             window_tokens=window,
+            api=r.summarizer_api,
         )
         ctx = AppContext(
             settings, client, the_store, counter or TokenCounter(), summarizer, metrics

@@ -166,6 +166,11 @@ class ReductionSettings:
         "background after the response, so the crossing turn does not wait; 0 disables.",
         default=0.8,
     )
+    summarizer_api: str = _doc(
+        "chat (POST /chat/completions) | responses (POST /responses, for upstreams that "
+        "serve only the Responses API).",
+        default="chat",
+    )
     summarizer_timeout_s: float = _doc(
         "A summary slower than this falls back to a window.", default=60.0
     )
@@ -195,6 +200,17 @@ class RecallSettings:
         "embeddings: cosine similarity a message needs to be recalled.", default=0.35
     )
     max_tokens: int = _doc("Token cap of the recalled block.", default=2000)
+
+
+@dataclass(frozen=True)
+class ResponsesSettings:
+    manage_server_state: bool = _doc(
+        "A /v1/responses request chained by previous_response_id to an answer this process "
+        "relayed is continued from the proxy's store and forwarded stateless and reduced, "
+        "without the id. Off (and for ids the proxy did not see): such requests go through "
+        "as sent, and OpenAI holds the conversation.",
+        default=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -242,6 +258,7 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     reduction: ReductionSettings = field(default_factory=ReductionSettings)
     recall: RecallSettings = field(default_factory=RecallSettings)
+    responses: ResponsesSettings = field(default_factory=ResponsesSettings)
     record: RecordSettings = field(default_factory=RecordSettings)
     models: ModelsSettings = field(default_factory=ModelsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
@@ -425,6 +442,11 @@ def _validate(s: Settings) -> None:
         is_strategy(r.strategy),
         "reduction.strategy",
         f"must be one of {STRATEGIES} or mask+<one of {MASK_THEN}>",
+    )
+    check(
+        r.summarizer_api in ("chat", "responses"),
+        "reduction.summarizer_api",
+        "must be chat or responses",
     )
     check(r.mask.then in MASK_THEN, "reduction.mask.then", f"must be one of {MASK_THEN}")
     check(r.mask.keep_tool_uses >= 0, "reduction.mask.keep_tool_uses", "must not be negative")

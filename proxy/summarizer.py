@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -105,8 +106,10 @@ class Summarizer:
         timeout_s: float,
         window_tokens: int,
         breaker: CircuitBreaker | None = None,
+        api: str = "chat",
     ) -> None:
         self.client = client
+        self.api = api
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout_s = timeout_s
@@ -145,20 +148,30 @@ class Summarizer:
         return SummaryResult(final.text, tokens + final.tokens)
 
     async def _call(self, text: str, model: str, headers: dict[str, str]) -> SummaryResult:
-        body = {
-            "model": model,
-            "messages": [
-                {"role": "system", "content": SUMMARY_PROMPT},
-                {"role": "user", "content": "Summarise this conversation:\n\n" + text},
-            ],
-            "temperature": 0,
-        }
-        url = f"{self.base_url}/chat/completions"
+        ask = "Summarise this conversation:\n\n" + text
+        if self.api == "responses":  # for upstreams that serve only the Responses API
+            url = f"{self.base_url}/responses"
+            body: dict[str, Any] = {
+                "model": model,
+                "instructions": SUMMARY_PROMPT,
+                "input": ask,
+                "store": False,
+            }
+        else:
+            url = f"{self.base_url}/chat/completions"
+            body = {
+                "model": model,
+                "messages": [
+                    {"role": "system", "content": SUMMARY_PROMPT},
+                    {"role": "user", "content": ask},
+                ],
+                "temperature": 0,
+            }
         data = await post_json(
             self.client, url, body, headers, self.timeout_s, SummarizerUnavailable
         )
         try:
-            summary = data["choices"][0]["message"]["content"]
+            summary = _output_text(data) if self.api == "responses" else _message_text(data)
             usage = data.get("usage") or {}
             tokens = int(usage.get("total_tokens", 0))
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
@@ -191,3 +204,18 @@ def _chunks(request: SummaryRequest, max_chars: int) -> list[str]:
             )
         )
     return chunks
+
+
+def _message_text(data: Any) -> Any:
+    return data["choices"][0]["message"]["content"]
+
+
+def _output_text(data: Any) -> str:
+    """The text of a Responses answer's message items."""
+    return "".join(
+        part["text"]
+        for item in data["output"]
+        if item.get("type") == "message"
+        for part in item["content"]
+        if part.get("type") == "output_text"
+    )

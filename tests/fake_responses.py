@@ -6,7 +6,8 @@ by the item it belongs to; instructions, input and tools fit the model's
 window (`context_limits`, estimated at four characters a token);
 `previous_response_id` names a response this fake gave. A last user message
 containing "call tool NAME" gets a reasoning item and a call to NAME, a last
-function output "Tool said: ...", anything else "Echo: ...". Streams carry
+function output "Tool said: ...", anything else "Echo: ..."; a request whose
+instructions are the proxy's summariser's gets "SUMMARY[...]". Streams carry
 OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
 """
 
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 Json = dict[str, Any]
 ROLES = ("user", "assistant", "system", "developer")
+SUMMARIZER_MARKER = "context-proxy summarizer"
 
 
 class Invalid(Exception):
@@ -131,16 +133,18 @@ def output_for(items: list[Json], digest: str) -> list[Json]:
         answer = f"Tool said: {text_of(last.get('output'))[:50]}"
     else:
         answer = "Noted."
-    part = {"type": "output_text", "text": answer, "annotations": []}
-    return [
-        {
-            "id": f"msg_{digest}",
-            "type": "message",
-            "status": "completed",
-            "role": "assistant",
-            "content": [part],
-        }
-    ]
+    return [message(digest, answer)]
+
+
+def message(digest: str, text: str) -> Json:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    return {
+        "id": f"msg_{digest}",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [part],
+    }
 
 
 def response_object(body: Json, digest: str, output: list[Json], status: str) -> Json:
@@ -184,7 +188,11 @@ def answer(body: Any, raw: bytes, windows: dict[str, int], known: set[str]) -> R
     except Invalid as exc:
         return error(400, str(exc), exc.param, exc.code)
     digest = hashlib.sha256(raw).hexdigest()[:16]
-    output = output_for(items, digest)
+    if SUMMARIZER_MARKER in str(body.get("instructions")):
+        text = f"SUMMARY[{len(text_of(items[-1].get('content')))} characters summarised]"
+        output = [message(digest, text)]
+    else:
+        output = output_for(items, digest)
     known.add(f"resp_{digest}")
     final = response_object(body, digest, output, "completed")
     if body.get("stream"):

@@ -170,6 +170,7 @@ def test_a_stream_split_anywhere_assembles_the_output_items(question: str) -> No
             assembler.feed(data[a:b])
         assembler.close()
         assert assembler.complete and assembler.items() == output
+        assert assembler.answer_id == "resp_d1"
 
 
 def test_a_failed_or_cut_stream_is_not_complete() -> None:
@@ -192,7 +193,7 @@ def test_a_whole_answer_gives_its_output_items() -> None:
     body = {"model": "m", "input": "please call tool lookup"}
     output = fake_responses.output_for(fake_responses.validate(body, {}, set()), "d2")
     whole = fake_responses.response_object(body, "d2", output, "completed")
-    assert RESPONSES_WIRE.answer(orjson.dumps(whole)) == output
+    assert RESPONSES_WIRE.answer(orjson.dumps(whole)) == (output, "resp_d2")
     assert RESPONSES_WIRE.answer(orjson.dumps({**whole, "status": "failed"})) is None
     assert RESPONSES_WIRE.answer(b"not json") is None
 

@@ -44,11 +44,12 @@ def fake() -> Iterator[tuple[FakeUpstream, str]]:
         yield upstream, url + "/v1"
 
 
-def start_proxy(upstream_url: str, db: Path) -> Any:
+def start_proxy(upstream_url: str, db: Path, **env: str) -> Any:
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
             "CONTEXT_PROXY_STORE_PATH": str(db),
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
         },
         overrides={"models": {"windows": {MODEL: WINDOW}}},
     )
@@ -224,3 +225,78 @@ def test_an_agents_sdk_run_of_60_turns_completes_on_a_small_window(
     assert len(forwarded) == 72  # a request a turn, and one more after each tool call
     summarised = [f for f in forwarded if f[0].get("role") == "developer"]
     assert summarised, "the history was never reduced"
+
+
+def test_summaries_can_go_to_the_responses_api(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    """`summarizer_api = "responses"`, for upstreams that serve nothing else."""
+    upstream, upstream_url = fake
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db, reduction_summarizer_api="responses") as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            for i in range(60):
+                agent.turn(i)
+    assert not upstream.records("/v1/chat/completions")
+    asked = [
+        r
+        for r in upstream.responses_requests()
+        if "context-proxy summarizer" in str(r.get("instructions"))
+    ]
+    assert asked and all(r["input"].startswith("Summarise this conversation:") for r in asked)
+    forwarded = [r["input"] for r in upstream.responses_requests() if r not in asked]
+    summaries = [f[0]["content"] for f in forwarded if f[0].get("role") == "developer"]
+    assert summaries and summaries[-1].startswith(
+        "Summary of the earlier conversation:\n\nSUMMARY["
+    )
+
+
+def test_a_chain_of_previous_response_ids_is_continued_from_the_store(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    """`[responses] manage_server_state`: the app chains by id, the upstream gets it stateless."""
+    upstream, upstream_url = fake
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-chain", max_retries=0)
+        with api:
+            raw = api.responses.with_raw_response.create(model=MODEL, input="Plan my trip.")
+            first, ids = raw.parse(), {raw.headers["x-conversation-id"]}
+            previous, kinds = first.id, []
+            for i in range(40):
+                ask: list[Any] = [
+                    {"role": "user", "content": f"Turn {i}: day {i}, what next? " * 3}
+                ]
+                if i % 5 == 2:
+                    ask = [{"role": "user", "content": f"Turn {i}: please call tool lookup {i}."}]
+                raw = api.responses.with_raw_response.create(
+                    model=MODEL, input=ask, previous_response_id=previous, stream=i % 3 == 0
+                )
+                if i % 3 == 0:
+                    events = list(raw.parse())
+                    answer = next(e for e in events if e.type == "response.completed").response
+                else:
+                    answer = raw.parse()
+                ids.add(raw.headers["x-conversation-id"])
+                kinds.append(raw.headers["x-context-reduction"])
+                calls = [o for o in answer.output if o.type == "function_call"]
+                previous = answer.id
+                if calls:
+                    output = {
+                        "type": "function_call_output",
+                        "call_id": calls[0].call_id,
+                        "output": "ok",
+                    }
+                    answer = api.responses.create(
+                        model=MODEL, input=[output], previous_response_id=previous
+                    )
+                    previous = answer.id
+            with pytest.raises(openai.BadRequestError):  # an id the proxy never saw: as sent
+                api.responses.create(model=MODEL, input="x", previous_response_id="resp_unseen")
+    assert len(ids) == 1 and "passthrough" not in kinds
+    assert any("summarized" in k for k in kinds)
+    *chained, unseen = upstream.responses_requests()
+    assert all("previous_response_id" not in r for r in chained)  # all of them stateless
+    assert all(isinstance(r["input"], list) for r in chained[1:])
+    assert unseen["previous_response_id"] == "resp_unseen"

@@ -14,9 +14,16 @@ and `chat_completions.CHAT_WIRE`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 Item = dict[str, Any]
+
+
+class Answer(NamedTuple):
+    """What an answer adds to the history, and its id where a client may chain to it."""
+
+    items: list[Item]
+    id: str | None = None
 
 
 class Dialect(Protocol):
@@ -88,6 +95,8 @@ class Assembler(Protocol):
 
     done: bool
     broken: str | None
+    # The answer's id, where a later request may name it (`previous_response_id`).
+    answer_id: str | None
 
     @property
     def too_large(self) -> bool: ...
@@ -166,6 +175,6 @@ class Wire(Protocol):
 
     def assembler(self, limit: int) -> Assembler: ...
 
-    def answer(self, content: bytes) -> list[Item] | None:
-        """The items a whole (not streamed) answer adds to the history; None if it is none."""
+    def answer(self, content: bytes) -> Answer | None:
+        """What a whole (not streamed) answer adds to the history; None if it is none."""
         ...

@@ -39,6 +39,7 @@ class StreamAssembler(EventReader):
         self.done = False
         self.error: Any = None
         self.broken: str | None = None
+        self.answer_id: str | None = None  # a completion cannot be chained to
 
     @property
     def complete(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from ..messages import LEADING_ROLES, role, system_message, text_of, tool_call_ids, tool_calls
-from . import Item, chat_request
+from . import Answer, Item, chat_request
 from .chat_answer import StreamAssembler, message_from_completion
 
 
@@ -112,12 +112,12 @@ class ChatCompletionsWire:
     def assembler(self, limit: int) -> StreamAssembler:
         return StreamAssembler(limit=limit)
 
-    def answer(self, content: bytes) -> list[Item] | None:
+    def answer(self, content: bytes) -> Answer | None:
         try:
             message = message_from_completion(orjson.loads(content))
         except orjson.JSONDecodeError:
             return None
-        return None if message is None else [message]
+        return None if message is None else Answer([message])
 
 
 CHAT_WIRE = ChatCompletionsWire()

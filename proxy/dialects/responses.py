@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from ..messages import LEADING_ROLES
-from . import Item, responses_request
-from .responses_answer import ResponsesAssembler, items_from_response
+from . import Answer, Item, responses_request
+from .responses_answer import ResponsesAssembler, items_from_response, response_id
 
 # A call's item type, the type of the item answering it, and the answer's key naming the call.
 CALLS = {
@@ -150,11 +150,13 @@ class ResponsesWire:
     def assembler(self, limit: int) -> ResponsesAssembler:
         return ResponsesAssembler(limit=limit)
 
-    def answer(self, content: bytes) -> list[Item] | None:
+    def answer(self, content: bytes) -> Answer | None:
         try:
-            return items_from_response(orjson.loads(content))
+            body = orjson.loads(content)
         except orjson.JSONDecodeError:
             return None
+        items = items_from_response(body)
+        return None if items is None else Answer(items, response_id(body))
 
 
 RESPONSES_WIRE = ResponsesWire()

@@ -32,6 +32,11 @@ def items_from_response(body: Any) -> list[Item] | None:
     return items or None
 
 
+def response_id(body: Any) -> str | None:
+    found = body.get("id") if isinstance(body, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
 class ResponsesAssembler(EventReader):
     """Collects the output items of a streamed response; it never raises on what it reads."""
 
@@ -41,6 +46,7 @@ class ResponsesAssembler(EventReader):
         self.final: list[Item] | None = None
         self.done = False
         self.broken: str | None = None
+        self.answer_id: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -61,6 +67,7 @@ class ResponsesAssembler(EventReader):
                 self.done_items[index] = item
         elif kind in ENDED:
             self.done = True
+            self.answer_id = response_id(event.get("response"))
             found = items_from_response(event.get("response"))
             if kind == "response.failed" or (found is None and not self.done_items):
                 self.broken = f"the response ended with {kind}"

@@ -25,8 +25,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("context_proxy.chat")
 
 
-async def commit(ctx: AppContext, outcome: Outcome, answer: Sequence[Message]) -> None:
-    """Store the completed turn; in append mode, rebase onto turns other replicas committed."""
+async def commit(
+    ctx: AppContext, outcome: Outcome, answer: Sequence[Message], answer_id: str | None = None
+) -> None:
+    """Store the completed turn; in append mode, rebase onto turns other replicas committed.
+
+    `answer_id` names the answer where a client may chain a request to it.
+    """
     for _ in range(MAX_REBASES):
         try:
             turn = turn_commit(outcome, answer, time.time())
@@ -38,6 +43,8 @@ async def commit(ctx: AppContext, outcome: Outcome, answer: Sequence[Message]) -
                 written.add_done_callback(functools.partial(_written, ctx, outcome))
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
+            if answer_id is not None and ctx.settings.responses.manage_server_state:
+                ctx.sessions.answered(outcome.key, answer_id)
             return
         except Conflict:
             try:

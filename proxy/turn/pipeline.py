@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..context import AppContext
+from ..conversation import tenant_of
 from ..dialects import Item, Wire
 from ..dialects.chat_completions import CHAT_WIRE
 from ..dialects.responses import RESPONSES_WIRE
@@ -67,7 +68,11 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
     streaming = wire.streams(payload)
     if wire.server_state(payload) is not None:  # the provider holds the conversation
-        return await as_sent(ctx, wire, body, headers, streaming)
+        chained = continued(ctx, wire, payload, given)
+        if chained is None:
+            return await as_sent(ctx, wire, body, headers, streaming)
+        given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
+        mode = "append"
     messages = wire.history(payload)
     key = resend.conversation(messages)  # identify
     # Append-mode turns of one conversation apply in arrival order.
@@ -169,6 +174,27 @@ async def plan(
         recalled,
         branch,
     )
+
+
+def continued(
+    ctx: AppContext, wire: Wire, payload: dict[str, Any], given: dict[str, str]
+) -> dict[str, str] | None:
+    """A request chained to an answer this process relayed, as an append-mode turn of its
+    conversation (with `[responses] manage_server_state`), or None.
+
+    The chain's id leaves the payload: the request goes upstream stateless, its
+    history supplied by the store and reduced.
+    """
+    previous = payload.get("previous_response_id")
+    if not ctx.settings.responses.manage_server_state or wire.server_state(payload) != (
+        "previous_response_id"
+    ):
+        return None
+    key = ctx.sessions.chained(tenant_of(bearer_token(given)), str(previous))
+    if key is None:
+        return None
+    del payload["previous_response_id"]
+    return {**given, "x-conversation-id": key.conversation, "x-context-mode": "append"}
 
 
 async def as_sent(

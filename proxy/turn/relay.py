@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..dialects import Assembler, Item
+from ..dialects import Answer, Assembler
 from ..outcome import Outcome
 from ..upstream import transport_error
 from .commit import commit
@@ -59,11 +59,11 @@ async def relay(
             assembler.feed(chunk)
             if assembler.done and not committed and assembler.complete:
                 committed = True
-                await commit(ctx, outcome, assembler.items())
+                await commit(ctx, outcome, assembler.items(), assembler.answer_id)
             yield chunk
         assembler.close()
         if assembler.complete and not committed:
-            await commit(ctx, outcome, assembler.items())
+            await commit(ctx, outcome, assembler.items(), assembler.answer_id)
         elif not committed:
             not_stored(outcome, assembler.broken or ("too large" if assembler.too_large else ""))
     except httpx.HTTPError as exc:
@@ -99,7 +99,7 @@ async def read_whole(
     ctx: AppContext,
     response: httpx.Response,
     outcome: Outcome,
-    answer_of: Callable[[bytes], list[Item] | None],
+    answer_of: Callable[[bytes], Answer | None],
 ) -> bytes | Oversized:
     """A JSON answer, read whole; the turn is committed if it is a completed answer.
 
@@ -122,8 +122,8 @@ async def read_whole(
         content = b"".join(chunks)
     if response.status_code == 200:
         answer = answer_of(content)
-        if answer:
-            await commit(ctx, outcome, answer)
+        if answer is not None and answer.items:
+            await commit(ctx, outcome, answer.items, answer.id)
     return content
 
 

@@ -7,7 +7,9 @@ its `Session`:
   which the resend fast path reuses (see `proxy.fastpath`);
 - `branches`: summaries prepared in the background, per branch;
 - `recalled`: the recall block its current question got, so the requests of
-  the same turn (tool results) repeat it verbatim.
+  the same turn (tool results) repeat it verbatim;
+- `responses`: the ids of its latest Responses answers, so that a request
+  chained to one (`previous_response_id`) continues it.
 
 Sessions are bounded together, by roughly the bytes they hold, and dropped
 least recently used first. `forget(key)` drops one at once: after it,
@@ -34,6 +36,8 @@ SESSION_BYTES = 64 * 1024 * 1024
 OPENINGS = 16_384
 # Branches a session keeps prepared summaries for; the oldest go first.
 BRANCHES = 4
+# Response ids a session answers chained requests for; a chain continues from its latest.
+RESPONSES_KEPT = 8
 # A session's own bookkeeping, counted on top of what it holds.
 OVERHEAD = 200
 
@@ -68,6 +72,7 @@ class Session:
     branches: dict[str, Branch] = field(default_factory=dict)
     recalled: Recalled | None = None
     openings: set[Hashable] = field(default_factory=set)
+    responses: list[Hashable] = field(default_factory=list)
 
     @property
     def weight(self) -> int:
@@ -132,6 +137,23 @@ class Sessions:
             self._openings[fingerprint] = key
             session.openings.add(fingerprint)
         self._store(key, session)
+
+    def answered(self, key: ConvKey, response_id: str) -> None:
+        """The conversation's latest answer has this id: a request chained to it continues it."""
+        session = self._sessions.get(key) or Session()
+        mark = ("response", key.tenant, response_id)
+        self._openings[mark] = key
+        session.openings.add(mark)
+        session.responses.append(mark)
+        while len(session.responses) > RESPONSES_KEPT:
+            old = session.responses.pop(0)
+            session.openings.discard(old)
+            _unlink(self._openings, key, [old])
+        self._store(key, session)
+
+    def chained(self, tenant: str, response_id: str) -> ConvKey | None:
+        """The conversation one of whose latest answers had this id, if this process saw it."""
+        return self._openings.get(("response", tenant, response_id))
 
     def branch(self, key: ConvKey, extends: str) -> Branch:
         """The branch whose next turn extends the snapshot with head `extends` (new if none)."""
