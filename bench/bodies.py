@@ -104,13 +104,16 @@ class Template:
     suffix: bytes  # '],"stream":...}'
     messages: int
     turns: int
+    path: str = "/v1/chat/completions"
+    answer: bytes = b""  # the stored answer as the app resends it, between commas
 
     def opening(self) -> bytes:
         return self.prefix + self.suffix
 
     def step(self, n: int) -> bytes:
         """What turn n adds: the stored answer and a new question."""
-        return ANSWER_JSON + b'{"role":"user","content":"Question ' + str(n).encode() + b'?"}'
+        answer = self.answer or ANSWER_JSON
+        return answer + b'{"role":"user","content":"Question ' + str(n).encode() + b'?"}'
 
     def body(self, grown: bytes) -> bytes:
         return self.prefix + grown + self.suffix
@@ -125,6 +128,35 @@ def template(
     full = orjson.dumps({"model": model, "messages": base, "stream": stream})
     cut = full.rindex(b'],"stream":')
     return Template(name, full[:cut], full[cut:], len(base), turns)
+
+
+# The mock's Responses answer as an app resends it: its output message item.
+RESPONSES_ANSWER = (
+    b","
+    + orjson.dumps(
+        {
+            "type": "message",
+            "id": "msg_bench",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": ANSWER, "annotations": []}],
+        }
+    )
+    + b","
+)
+
+
+def responses(chat: Template) -> Template:
+    """`chat`'s conversations on `/v1/responses`: the same items as `input`, whole answers."""
+    prefix = chat.prefix.replace(b'"messages":[', b'"input":[', 1)
+    return Template(
+        f"{chat.name}-responses",
+        prefix,
+        chat.suffix,
+        chat.messages,
+        chat.turns,
+        path="/v1/responses",
+        answer=RESPONSES_ANSWER,
+    )
 
 
 def small(stream: bool) -> Template:

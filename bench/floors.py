@@ -62,7 +62,10 @@ def httpx_app(upstream: str, kind: str) -> Starlette:
         client: httpx.AsyncClient = request.state.client
         body = orjson.dumps(orjson.loads(await request.body()))
         req = client.build_request(
-            "POST", f"{upstream}/chat/completions", content=body, headers=SEND_HEADERS
+            "POST",
+            upstream + request.url.path.removeprefix("/v1"),
+            content=body,
+            headers=SEND_HEADERS,
         )
         resp = await client.send(req, stream=True)
         return StreamingResponse(
@@ -87,7 +90,8 @@ def aiohttp_app(upstream: str) -> Starlette:
     async def chat(request: Request) -> Response:
         session: aiohttp.ClientSession = request.state.session
         body = orjson.dumps(orjson.loads(await request.body()))
-        resp = await session.post(f"{upstream}/chat/completions", data=body, headers=SEND_HEADERS)
+        url = upstream + request.url.path.removeprefix("/v1")
+        resp = await session.post(url, data=body, headers=SEND_HEADERS)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -110,6 +114,7 @@ def _app(chat: Any, lifespan: Any) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/responses", chat, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
         ],
         lifespan=lifespan,

@@ -90,7 +90,7 @@ async def load(
     `strategy` is sent as `X-Context-Strategy`, so one proxy process serves
     both `none` and `summarize` runs.
     """
-    url = f"{base_url}/v1/chat/completions"
+    url = base_url + template.path
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
     timeout = aiohttp.ClientTimeout(total=120)
     latencies: list[float] = []

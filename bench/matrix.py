@@ -64,7 +64,11 @@ TEMPLATES: dict[str, Callable[[bool], Template]] = {
     "small": bodies.small,
     "large": bodies.large,
     "steady": bodies.steady,
+    "small-responses": lambda stream: bodies.responses(bodies.small(stream)),
+    "steady-responses": lambda stream: bodies.responses(bodies.steady(stream)),
 }
+# The Responses route against the chat route: the same conversations, whole answers, c=32.
+RESPONSES_BODIES = ("small-responses", "steady-responses")
 
 
 def cells(litellm: bool = False, variants: Iterable[str] = ()) -> Iterator[list[Cell]]:
@@ -85,6 +89,8 @@ def cells(litellm: bool = False, variants: Iterable[str] = ()) -> Iterator[list[
                     group += [Cell("proxy-memory", body, c, stream, s) for s in strategies]
                     group += [Cell(v, body, c, stream, strategies[0]) for v in variants]
                 yield group
+    for body in RESPONSES_BODIES:
+        yield [Cell("httpx-aiohttp", body, 32, False), Cell("proxy", body, 32, False, "summarize")]
 
 
 async def run_matrix(

@@ -1,4 +1,4 @@
-"""A fast, deterministic OpenAI chat-completions upstream (`python -m bench.mock_upstream`).
+"""A fast, deterministic OpenAI upstream (`python -m bench.mock_upstream`): chat and Responses.
 
 A raw ASGI app on uvicorn with uvloop and httptools: every answer is
 pre-serialised bytes, so the mock costs as little CPU as possible on a
@@ -69,7 +69,26 @@ def sse_chunks(text: str, pieces: int = 8) -> list[bytes]:
     ]
 
 
+def response(text: str) -> bytes:
+    """A whole Responses answer: one output message."""
+    part = {"type": "output_text", "text": text, "annotations": []}
+    message = {"type": "message", "id": "msg_bench", "role": "assistant", "content": [part]}
+    usage = {"input_tokens": 100, "output_tokens": 20, "total_tokens": 120}
+    return orjson.dumps(
+        {
+            "id": "resp_bench",
+            "object": "response",
+            "created_at": 1700000000,
+            "model": "bench",
+            "status": "completed",
+            "output": [message],
+            "usage": usage,
+        }
+    )
+
+
 ANSWER_JSON = completion(ANSWER)
+ANSWER_RESPONSE = response(ANSWER)
 SUMMARY_JSON = completion(SUMMARY)
 ANSWER_SSE = sse_chunks(ANSWER)
 
@@ -113,6 +132,10 @@ async def app(
         if summary_delay_s:
             await asyncio.sleep(summary_delay_s)
         await _send_all(send, 200, JSON_HEADERS, [SUMMARY_JSON])
+    elif scope["path"] == "/v1/responses":  # whole answers only: the bench's Responses rows
+        if answer_delay_s:
+            await asyncio.sleep(answer_delay_s)
+        await _send_all(send, 200, JSON_HEADERS, [ANSWER_RESPONSE])
     elif b'"stream":true' in body or b'"stream": true' in body:
         if answer_delay_s:
             await asyncio.sleep(answer_delay_s)

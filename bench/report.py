@@ -60,6 +60,19 @@ def _ratio(a: float | None, b: float | None) -> float:
     return a / b
 
 
+def _rps(f: Figures | None) -> float | None:
+    """A baseline's figure; a row measured against fewer baselines (Responses) shows "-"."""
+    return None if f is None else f.rps
+
+
+def _p(f: Figures | None, q: int) -> float | None:
+    return None if f is None else (f.p50 if q == 50 else f.p99)
+
+
+def _cpu(f: Figures | None) -> float | None:
+    return None if f is None else f.cpu_ms
+
+
 def _r(x: float) -> str:
     return "  -" if math.isnan(x) else f"{x:.2f}"
 
@@ -108,14 +121,14 @@ def render(
                 [
                     cell.key,
                     f"{f.rps:.0f}",
-                    " / ".join(_r(_ratio(f.rps, base[b].rps)) for b in BASELINES),
+                    " / ".join(_r(_ratio(f.rps, _rps(base.get(b)))) for b in BASELINES),
                     f"{f.p50:.2f}",
-                    " / ".join(_r(_ratio(f.p50, base[b].p50)) for b in BASELINES),
+                    " / ".join(_r(_ratio(f.p50, _p(base.get(b), 50))) for b in BASELINES),
                     f"{f.p99:.1f}",
-                    " / ".join(_r(_ratio(f.p99, base[b].p99)) for b in BASELINES),
+                    " / ".join(_r(_ratio(f.p99, _p(base.get(b), 99))) for b in BASELINES),
                     _r(_ratio(f.p99, f.p50)),
                     "-" if f.cpu_ms is None else f"{f.cpu_ms:.2f}",
-                    " / ".join(_r(_ratio(f.cpu_ms, base[b].cpu_ms)) for b in FLOORS),
+                    " / ".join(_r(_ratio(f.cpu_ms, _cpu(base.get(b)))) for b in FLOORS),
                     (f.reductions or "-") + (f" ERRORS {f.errors}" if f.errors else ""),
                 ]
             )
@@ -373,6 +386,20 @@ def _targets(
         ">= 0.8x",
         lambda v: v >= 0.8,
     )
+    for body in ("small", "steady"):
+        on_responses = _ratio(
+            get("proxy", f"{body}-responses", 32, "summarize").rps,
+            get("httpx-aiohttp", f"{body}-responses", 32).rps,
+        )
+        on_chat = _ratio(
+            get("proxy", body, 32, "summarize").rps, get("httpx-aiohttp", body, 32).rps
+        )
+        check(
+            f"req/s {body} c=32 summarize over the floor: Responses / chat",
+            _ratio(on_responses, on_chat),
+            ">= 0.85x",
+            lambda v: v >= 0.85,
+        )
     direct = get("direct", "small", 1).p50
     added_proxy = get("proxy", "small", 1, "none").p50 - direct
     added_floor = get("httpx-aiohttp", "small", 1).p50 - direct

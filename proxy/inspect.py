@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .conversation import tenant_of
+from .dialects.responses import RESPONSES
 from .messages import role, text_of, tool_calls
 from .turn.state import SnapshotState
 
@@ -91,7 +92,8 @@ def read_sqlite(path: str, conversation: str, tenant: str, limit: int) -> dict[s
 
 
 def preview(message: dict[str, Any]) -> str:
-    text = text_of(message).replace("\n", " ")
+    # A Responses item (a call, its output, reasoning) has its text where chat has none.
+    text = (text_of(message) or RESPONSES.text(message)).replace("\n", " ")
     calls = [f"{c.get('function', {}).get('name', '?')}(...)" for c in tool_calls(message)]
     if calls:
         text = (text + " " if text else "") + "calls " + ", ".join(calls)
@@ -105,7 +107,7 @@ def messages_table(title: str, messages: list[dict[str, Any]]) -> Table:
     table.add_column("content", overflow="fold")
     colours = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
     for i, m in enumerate(messages, 1):
-        who = role(m)
+        who = role(m) or str(m.get("type", ""))
         table.add_row(str(i), Text(who, style=colours.get(who, "")), preview(m))
     return table
 

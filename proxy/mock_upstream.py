@@ -1,7 +1,8 @@
 """A deterministic OpenAI-compatible upstream for `demo` and `simulate`: no key, no network.
 
 It answers `/v1/chat/completions` (plain and SSE), including the proxy's own
-summariser calls, rejects broken tool chains the way OpenAI does (so a
+summariser calls, and `/v1/responses` (whole answers), rejects broken tool
+chains the way OpenAI does (so a
 reduction that split a chain shows up as a 400, not as a pretty number), and
 records every call with the prompt-cache hit OpenAI would have given it.
 Answers depend only on the request, so two runs print the same report.
@@ -150,7 +151,10 @@ class MockUpstream:
 
     def __post_init__(self) -> None:
         self.app = Starlette(
-            routes=[Route("/v1/chat/completions", self.chat, methods=["POST"])],
+            routes=[
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/responses", self.responses, methods=["POST"]),
+            ],
         )
 
     @property
@@ -220,6 +224,65 @@ class MockUpstream:
         return JSONResponse(
             {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
         )
+
+    async def responses(self, request: Request) -> Response:
+        """A whole Responses answer; an output without its call is OpenAI's 400."""
+        try:
+            body = json.loads(await request.body())
+            model = str(body["model"])
+            items = body["input"]
+            items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+            calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+            for item in items:
+                if item.get("type") == "function_call_output" and item.get("call_id") not in calls:
+                    raise BadRequest(f"No tool call found for output {item.get('call_id')}.")
+        except (ValueError, KeyError, TypeError, AttributeError, BadRequest) as exc:
+            reason = str(exc) if isinstance(exc, BadRequest) else "Invalid request body."
+            self.calls.append(Call(False, 0, 0, 0, 0, False, error=reason))
+            error = {"message": reason, "type": "invalid_request_error", "param": "input"}
+            return JSONResponse({"error": {**error, "code": None}}, status_code=400)
+        cached, extends = self._cached(model, items)
+        self._previous_head = chain_hashes(items)[-1]
+        last = items[-1]
+        text = text_of(last) if last.get("role") == "user" else "the tool's result"
+        digest = hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+        if match := re.search(r"call tool (\w+)", text, re.IGNORECASE):
+            arguments = json.dumps({"query": text[:80]})
+            output: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_{digest}",
+                "call_id": f"call_{digest}",
+                "name": match.group(1),
+                "arguments": arguments,
+            }
+        else:
+            part = {"type": "output_text", "text": f"About {text[:120]}.", "annotations": []}
+            output = {
+                "type": "message",
+                "id": f"msg_{digest}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [part],
+            }
+        prompt = self._count(model, items)
+        completion = max(1, math.ceil(len(json.dumps(output)) / 4))
+        self.calls.append(Call(False, len(items), prompt, cached, completion, extends))
+        usage = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+        answer = {
+            "id": f"resp_{digest}",
+            "object": "response",
+            "created_at": 1_700_000_000,
+            "model": model,
+            "status": "completed",
+            "output": [output],
+            "usage": usage,
+        }
+        return JSONResponse(answer)
 
 
 async def _stream(

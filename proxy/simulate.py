@@ -89,13 +89,13 @@ def load_transcript(path: str | Path, model: str | None = None) -> list[dict[str
                 raise TranscriptError(f"{path}:{number}: expected a JSON object")
     if not items:
         raise TranscriptError(f"{path}: no lines to replay")
-    if all(isinstance(i.get("messages"), list) for i in items):
-        bodies = [dict(i) for i in items]
+    if all(isinstance(i.get("messages"), list) or "input" in i for i in items):
+        bodies = [dict(i) for i in items]  # chat or Responses request bodies
     elif all(isinstance(i.get("role"), str) for i in items):
         bodies = [{"messages": m} for m in requests_from_messages(items)]
     else:
         raise TranscriptError(
-            f"{path}: each line must be a request body (with 'messages') or, "
+            f"{path}: each line must be a request body (with 'messages' or 'input') or, "
             "throughout, a message (with 'role')"
         )
     for body in bodies:
@@ -204,9 +204,8 @@ def replay(
     with TestClient(app, base_url="http://context-proxy.test") as client:
         for body in bodies:
             before = len(mock.calls)
-            response = client.post(
-                "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}
-            )
+            route = "/v1/responses" if "input" in body else "/v1/chat/completions"
+            response = client.post(route, json=body, headers={"authorization": f"Bearer {key}"})
             run.requests.append(_replayed(body, response, mock, before))
     run.seconds = time.perf_counter() - started
     for call in mock.summary_calls:
@@ -227,9 +226,11 @@ def _replayed(body: dict[str, Any], response: Any, mock: MockUpstream, before: i
             error = str(response.json()["error"]["message"])
         except (ValueError, KeyError, TypeError):
             error = response.text[:200]
+    history = body.get("messages", body.get("input"))
+    history = history if isinstance(history, list) else [{"role": "user"}]
     return Replayed(
-        turn=sum(1 for m in body["messages"] if role(m) == "user"),
-        messages=len(body["messages"]),
+        turn=sum(1 for m in history if isinstance(m, dict) and role(m) == "user"),
+        messages=len(history),
         status=response.status_code,
         tokens_in=int(h.get("x-context-tokens-in", 0)),
         tokens_out=int(h.get("x-context-tokens-out", 0)),

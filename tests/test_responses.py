@@ -77,6 +77,36 @@ def test_the_sdks_items_are_classified() -> None:
     assert [u.size for u in units[:2]] == [1, 3]  # reasoning, call and output are one unit
 
 
+@pytest.mark.parametrize(
+    ("call", "output"),
+    [
+        (
+            {"type": "custom_tool_call", "call_id": "c", "name": "grep", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": "c", "output": "y"},
+        ),
+        (
+            {"type": "computer_call", "call_id": "c", "action": {}},
+            {"type": "computer_call_output", "call_id": "c", "output": {}},
+        ),
+        (
+            {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
+            {"type": "local_shell_call_output", "id": "c", "output": "{}"},
+        ),
+        (
+            {"type": "mcp_approval_request", "id": "c", "name": "run", "arguments": "{}"},
+            {"type": "mcp_approval_response", "approval_request_id": "c", "approve": True},
+        ),
+    ],
+)
+def test_built_in_calls_and_their_outputs_are_one_unit(
+    call: dict[str, Any], output: dict[str, Any]
+) -> None:
+    items = [{"role": "user", "content": "go"}, {"type": "reasoning", "id": "r"}, call, output]
+    assert RESPONSES.call_ids(call) == ["c"] and RESPONSES.answers(output) == "c"
+    units = group(items, dialect=RESPONSES)
+    assert [u.size for u in units] == [1, 3]
+
+
 def test_a_string_input_is_one_user_message_sent_back_as_a_string() -> None:
     body = b'{"model":"m","input":"hi there"}'
     payload = parse(body)
@@ -222,3 +252,86 @@ def test_every_strategy_keeps_responses_chains_whole_and_fits(
     assert_chains_whole(red.messages)
     if strategy != "none":
         assert sum(map(count, red.messages)) + 3 <= budget.hard_limit
+
+
+def play(store: Any, *, fast_path: bool) -> tuple[list[bytes], list[str], list[Any]]:
+    """An app resending its Responses input for 16 turns, with tool rounds, a regeneration
+    and an edit, against a respx upstream; what was forwarded, reported and stored."""
+    import httpx
+    import respx
+    from starlette.testclient import TestClient
+
+    from proxy.app import create_app
+    from proxy.config import load_settings
+    from proxy.conversation import tenant_of
+    from proxy.store import ConvKey
+
+    numbers = iter(range(1000))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        n = next(numbers)
+        item: dict[str, Any] = {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": f"answer {n} " + "w " * 40}],
+        }
+        if n % 3 == 2:
+            item = {"type": "function_call", "call_id": f"t{n}", "name": "f", "arguments": "{}"}
+        body = {"id": f"resp_{n}", "status": "completed", "output": [item]}
+        return httpx.Response(200, json=body)
+
+    router = respx.MockRouter(assert_all_called=False, base_url="http://upstream.test/v1")
+    router.post("/responses").mock(side_effect=answer)
+    summary = {"choices": [{"message": {"role": "assistant", "content": "what was said"}}]}
+    router.post("/chat/completions").mock(return_value=httpx.Response(200, json=summary))
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://upstream.test/v1",
+            "CONTEXT_PROXY_MODELS_TINY": "900",
+            "CONTEXT_PROXY_SERVER_FAST_PATH": str(fast_path).lower(),
+        }
+    )
+    app = create_app(settings, transport=httpx.MockTransport(router.handler), store=store)
+    kinds: list[str] = []
+    items: list[Any] = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": "start " + "x " * 30},
+    ]
+    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "fast"}
+    with TestClient(app) as client:
+        for turn in range(16):
+            body = {"model": "tiny", "input": items, "tools": [{"type": "function", "name": "f"}]}
+            r = client.post("/v1/responses", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            kinds.append(r.headers["x-context-reduction"])
+            output = r.json()["output"][0]
+            if turn == 7:  # regenerate: the same input again
+                continue
+            items.append(output)
+            if output["type"] == "function_call":
+                items.append(
+                    {"type": "function_call_output", "call_id": output["call_id"], "output": "ok"}
+                )
+            else:
+                items.append({"role": "user", "content": f"question {turn} " + "q " * 30})
+            if turn == 10:  # edit an early message
+                items[1] = {"role": "user", "content": "start over " + "s " * 30}
+        key = ConvKey(tenant_of("sk-r"), "fast")
+        latest = client.portal.call(store.latest, key)  # type: ignore[union-attr]
+    assert latest is not None
+    sent = [c.request.content for c in router.calls if c.request.url.path.endswith("/responses")]
+    return sent, kinds, latest.working
+
+
+def test_the_fast_path_reads_responses_bodies_and_changes_nothing(
+    tmp_path: Path, reparsed: list[bool]
+) -> None:
+    from proxy.store import SqliteStore
+
+    fast = play(SqliteStore(str(tmp_path / "a.db")), fast_path=True)
+    assert sum(reparsed) >= 10  # resent inputs were parsed from their new bytes only
+    reparsed.clear()
+    plain = play(SqliteStore(str(tmp_path / "b.db")), fast_path=False)
+    assert not any(reparsed)
+    assert fast == plain
+    assert any("summarized" in k for k in fast[1])

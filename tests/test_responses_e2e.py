@@ -300,3 +300,24 @@ def test_a_chain_of_previous_response_ids_is_continued_from_the_store(
     assert all("previous_response_id" not in r for r in chained)  # all of them stateless
     assert all(isinstance(r["input"], list) for r in chained[1:])
     assert unseen["previous_response_id"] == "resp_unseen"
+
+
+def test_recall_brings_a_fact_back_into_a_reduced_responses_input(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fact = "My passport number is X1234567 and it expires in March 2031."
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", recall_enabled="true") as url:
+        agent = Agent(url + "/v1", **{"X-Conversation-Id": "trip"})
+        with agent.api:
+            for i in range(120):
+                if i == 4:
+                    agent.send({"role": "user", "content": fact})
+                else:
+                    agent.turn(i)
+            agent.send({"role": "user", "content": "Remind me when my passport expires?"})
+    asked = upstream.responses_requests()[-1]["input"]
+    assert all(fact not in str(i.get("content")) for i in asked[:-2]), "the fact was not reduced"
+    block = asked[-2]
+    assert block["role"] == "system" and fact in block["content"]
+    assert int(agent.headers[-1]["x-context-recall"]) >= 1

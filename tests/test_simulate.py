@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,3 +193,51 @@ def test_simulate_compares_mask_chains_and_refuses_an_unknown_one(
     assert "mask+tokens" in out and "mask" in out
     assert main(["simulate", agent, "--compare", "mask+mask"]) == 2
     assert "unknown strategy ['mask+mask']" in capsys.readouterr().out
+
+
+def as_responses_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A chat history as the Responses API's input items."""
+    items: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": m["tool_call_id"],
+                    "output": m["content"],
+                }
+            )
+        elif m.get("tool_calls"):
+            for c in m["tool_calls"]:
+                fn = c["function"]
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": c["id"],
+                        "name": fn["name"],
+                        "arguments": fn["arguments"],
+                    }
+                )
+        else:
+            items.append({"role": m["role"], "content": m["content"] or ""})
+    return items
+
+
+def test_simulate_replays_responses_bodies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chat = load_transcript(MESSAGES)
+    lines = [
+        json.dumps({"model": "gpt-4o-mini", "input": as_responses_items(b["messages"])})
+        for b in chat
+    ]
+    path = tmp_path / "responses.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    bodies = load_transcript(path)
+    runs = {s: replay(bodies, s, window=4000) for s in ("none", "summarize")}
+    for run in runs.values():
+        assert all(r.status == 200 for r in run.requests), [r.error for r in run.requests]
+    totals = {s: sum(r.tokens_out for r in run.requests) for s, run in runs.items()}
+    assert totals["summarize"] < totals["none"] and runs["summarize"].summary_calls >= 1
+    assert main(["simulate", str(path), "--compare", "none,summarize", "--window", "4000"]) == 0
+    assert "summarize" in capsys.readouterr().out

@@ -130,8 +130,8 @@ class Wire(Protocol):
         ...
 
     @property
-    def fast_path(self) -> bool:
-        """Whether the resend fast path (`proxy.fastpath`) reads this format's bodies."""
+    def history_field(self) -> str:
+        """The payload's key that holds the history (what the resend fast path looks for)."""
         ...
 
     def server_state(self, payload: dict[str, Any]) -> str | None:

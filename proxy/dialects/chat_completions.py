@@ -79,7 +79,7 @@ CHAT = ChatCompletions()
 class ChatCompletionsWire:
     items = CHAT
     upstream_path = "/v1/chat/completions"
-    fast_path = True
+    history_field = "messages"
 
     def server_state(self, payload: dict[str, Any]) -> str | None:
         return None

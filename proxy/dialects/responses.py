@@ -28,6 +28,8 @@ CALLS = {
     "computer_call": ("computer_call_output", "call_id"),
     "shell_call": ("shell_call_output", "call_id"),
     "apply_patch_call": ("apply_patch_call_output", "call_id"),
+    # Its output names the call's `call_id` in its own `id`.
+    "local_shell_call": ("local_shell_call_output", "id"),
     "mcp_approval_request": ("mcp_approval_response", "approval_request_id"),
 }
 ANSWERS = {answer: key for answer, key in CALLS.values()}
@@ -115,7 +117,7 @@ RESPONSES = ResponsesItems()
 class ResponsesWire:
     items = RESPONSES
     upstream_path = "/v1/responses"
-    fast_path = False
+    history_field = "input"
 
     def server_state(self, payload: dict[str, Any]) -> str | None:
         return responses_request.server_state(payload)

@@ -41,9 +41,16 @@ class Resend:
     """
 
     def __init__(
-        self, sessions: Sessions, headers: Mapping[str, str], body: bytes, *, enabled: bool = True
+        self,
+        sessions: Sessions,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        enabled: bool = True,
+        field: str = "messages",
     ) -> None:
         self.sessions = sessions
+        self.field = field  # the payload's key that holds the history
         self.body = body
         self.tenant = conv.tenant_of(bearer_token(headers))
         self.header = headers.get("x-conversation-id")
@@ -90,13 +97,13 @@ class Resend:
         for key in keys:
             assert isinstance(key, ConvKey)
             known = self.sessions.known(key)
-            payload = reparse(self.body, known)
+            payload = reparse(self.body, known, self.field)
             if known is None or payload is None:
                 continue
-            if self._identify(payload["messages"]) != key:
+            if self._identify(payload[self.field]) != key:
                 return None
             self.key, self.known, self.count = key, known, len(known.messages)
-            self.bounds = locate(self.body, payload, known)
+            self.bounds = locate(self.body, payload, known, self.field)
             self.list_start = known.list_start
             self.reparsed = True
             return payload
@@ -108,14 +115,14 @@ class Resend:
             return self.count
         if not self.active:
             return 0
-        messages: list[Message] = payload["messages"]
+        messages: list[Message] = payload[self.field]
         self.key = self._identify(messages)
         if self.key is None:
             return 0
         self.known = self.sessions.known(self.key)
-        self.bounds = locate(self.body, payload, self.known)
-        self.list_start = list_start(self.body, payload)
-        self.count = resent(self.known, messages, self.body, self.bounds)
+        self.bounds = locate(self.body, payload, self.known, self.field)
+        self.list_start = list_start(self.body, payload, self.field)
+        self.count = resent(self.known, messages, self.body, self.bounds, self.field)
         return self.count
 
     def of(self, key: ConvKey) -> Resend | None:

@@ -102,11 +102,13 @@ def _digest(body: bytes, start: int, stop: int) -> bytes:
     return xxhash.xxh3_128_digest(memoryview(body)[start:stop])
 
 
-def locate(body: bytes, payload: Mapping[str, Any], known: Known | None = None) -> Bounds | None:
-    """Where `payload["messages"]` ends in `body`, without scanning the messages; None: unsure.
+def locate(
+    body: bytes, payload: Mapping[str, Any], known: Known | None = None, field: str = "messages"
+) -> Bounds | None:
+    """Where `payload[field]` (the history) ends in `body`, without scanning it; None: unsure.
 
     The list's `]` is the one after which the body holds exactly the keys
-    that follow `messages` in the parsed payload (orjson keeps their order),
+    that follow `field` in the parsed payload (orjson keeps their order),
     tried from the end of the body. A request usually ends with the same
     bytes as the last one (model, tools, stream), so that is checked first.
     """
@@ -116,16 +118,16 @@ def locate(body: bytes, payload: Mapping[str, Any], known: Known | None = None) 
         if at > 0 and body[at] == 0x5D and _digest(body, at, len(body)) == known.suffix_digest:
             close = at
     if close < 0:
-        close = _closing_bracket(body, payload)
+        close = _closing_bracket(body, payload, field)
     end = close
     while end > 0 and body[end - 1] in _SPACE:
         end -= 1
     return Bounds(end, close) if close > 0 and body[end - 1] == 0x7D else None  # `}`
 
 
-def _closing_bracket(body: bytes, payload: Mapping[str, Any]) -> int:
+def _closing_bracket(body: bytes, payload: Mapping[str, Any], field: str) -> int:
     keys = list(payload)
-    after = {k: payload[k] for k in keys[keys.index("messages") + 1 :]}
+    after = {k: payload[k] for k in keys[keys.index(field) + 1 :]}
     stop = len(body)
     for _ in range(_MAX_CANDIDATES):
         at = body.rfind(b"]", 0, stop)
@@ -145,35 +147,36 @@ def _closing_bracket(body: bytes, payload: Mapping[str, Any]) -> int:
     return -1
 
 
-def list_start(body: bytes, payload: Mapping[str, Any]) -> int:
-    """Where `payload["messages"]`'s first element starts in `body`; -1: unsure.
+def list_start(body: bytes, payload: Mapping[str, Any], field: str = "messages") -> int:
+    """Where `payload[field]`'s first element starts in `body`; -1: unsure.
 
-    The `"messages"` key found is the one after which the body holds exactly
+    The `"field"` key found is the one after which the body holds exactly
     the keys before it in the parsed payload (a string value can hold those
-    bytes too, escaped), so only those keys are parsed, not the messages.
+    bytes too, escaped), so only those keys are parsed, not the history.
     """
     keys = list(payload)
-    before = {k: payload[k] for k in keys[: keys.index("messages")]}
+    before = {k: payload[k] for k in keys[: keys.index(field)]}
+    name = _key(field)
     at = 0
     for _ in range(_MAX_CANDIDATES):
-        at = body.find(b'"messages"', at)
+        at = body.find(name, at)
         if at < 0:
             return -1
-        start = _skip(body, at + len(b'"messages"'))
+        start = _skip(body, at + len(name))
         if body[start : start + 1] == b":":
             start = _skip(body, start + 1)
             if body[start : start + 1] == b"[":
                 try:
-                    head = orjson.loads(body[:at] + b'"messages":0}')
+                    head = orjson.loads(body[:at] + name + b":0}")
                 except orjson.JSONDecodeError:
                     head = None
-                if head == {**before, "messages": 0}:
+                if head == {**before, field: 0}:
                     return start + 1
         at += 1
     return -1
 
 
-def reparse(body: bytes, known: Known | None) -> dict[str, Any] | None:
+def reparse(body: bytes, known: Known | None, field: str = "messages") -> dict[str, Any] | None:
     """The request `body` parsed, if it resends `known`'s messages; only its new bytes are read.
 
     The body must start with the bytes `known` was parsed from up to the end
@@ -181,11 +184,11 @@ def reparse(body: bytes, known: Known | None) -> dict[str, Any] | None:
     replaced by one placeholder: it is valid JSON exactly when the body is,
     because the replaced bytes were valid elements last time. The placeholder
     then gives way to the remembered objects. None (parse it all) on any
-    doubt, including any `"messages"` after the cut (see `_resends`).
+    doubt, including any `"field"` key after the cut (see `_resends`).
     """
     if known is None or not 0 < known.list_start < known.prefix_len or not known.messages:
         return None
-    if not _resends(body, known, len(body)):
+    if not _resends(body, known, len(body), field):
         return None
     try:
         parsed = orjson.loads(body[: known.list_start] + _PLACEHOLDER + body[known.prefix_len :])
@@ -194,7 +197,7 @@ def reparse(body: bytes, known: Known | None) -> dict[str, Any] | None:
     if not isinstance(parsed, dict):
         return None
     payload: dict[str, Any] = parsed
-    messages = payload.get("messages")
+    messages = payload.get(field)
     if not isinstance(messages, list) or not messages or type(messages[0]) is not int:
         return None
     messages[:1] = known.messages
@@ -221,7 +224,13 @@ def remember(body: bytes, bounds: Bounds | None) -> tuple[int, bytes, int, bytes
     )
 
 
-def resent(known: Known | None, messages: list[Message], body: bytes, bounds: Bounds | None) -> int:
+def resent(
+    known: Known | None,
+    messages: list[Message],
+    body: bytes,
+    bounds: Bounds | None,
+    field: str = "messages",
+) -> int:
     """How many leading `messages` are, byte for byte, the ones `known` remembers.
 
     Those entries of `messages` are replaced in place by the remembered
@@ -232,7 +241,7 @@ def resent(known: Known | None, messages: list[Message], body: bytes, bounds: Bo
     if known is None or not known.messages or not messages:
         return 0
     n = len(known.messages)
-    if bounds is not None and n <= len(messages) and _resends(body, known, bounds.end):
+    if bounds is not None and n <= len(messages) and _resends(body, known, bounds.end, field):
         messages[:n] = known.messages
         return n
     n = _common(known.messages, messages)
@@ -242,9 +251,9 @@ def resent(known: Known | None, messages: list[Message], body: bytes, bounds: Bo
     return 0
 
 
-def _resends(body: bytes, known: Known, stop: int) -> bool:
+def _resends(body: bytes, known: Known, stop: int, field: str) -> bool:
     """Whether `body` starts with `known`'s bytes up to the end of its last message, and holds
-    no `"messages"` from there to `stop`: with two such keys the last one counts.
+    no `"field"` key from there to `stop`: with two such keys the last one counts.
 
     The bytes after the cut need no check: the same bytes before it leave a
     parser just past an element of the message list, where only `,` or `]`
@@ -253,9 +262,13 @@ def _resends(body: bytes, known: Known, stop: int) -> bool:
     cut = known.prefix_len
     return (
         0 < cut <= stop
-        and body.find(b'"messages"', cut, stop) < 0
+        and body.find(_key(field), cut, stop) < 0
         and _digest(body, 0, cut) == known.prefix_digest
     )
+
+
+def _key(field: str) -> bytes:
+    return b'"' + field.encode() + b'"'
 
 
 def _skip(body: bytes, at: int) -> int:

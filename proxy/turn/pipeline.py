@@ -60,7 +60,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     check_content_type(given.get("content-type"))
     server = ctx.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
-    resend = Resend(ctx.sessions, given, body, enabled=server.fast_path and wire.fast_path)
+    resend = Resend(ctx.sessions, given, body, enabled=server.fast_path, field=wire.history_field)
     payload = wire.parse(body, resend, resend.reparse(), server.max_messages)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
