@@ -205,10 +205,10 @@ class RecallSettings:
 @dataclass(frozen=True)
 class ResponsesSettings:
     manage_server_state: bool = _doc(
-        "A /v1/responses request chained by previous_response_id to an answer this process "
-        "relayed is continued from the proxy's store and forwarded stateless and reduced, "
-        "without the id. Off (and for ids the proxy did not see): such requests go through "
-        "as sent, and OpenAI holds the conversation.",
+        "A /v1/responses request chained by previous_response_id to the latest answer this "
+        "process relayed for its conversation is continued from the proxy's store and "
+        "forwarded stateless and reduced, without the id. Off (and for any other id): such "
+        "requests go through as sent, and OpenAI holds the conversation.",
         default=False,
     )
 

@@ -199,9 +199,10 @@ class TokenCounter:
                 total += self._content_tokens(encoding, value)
             elif key == "name" and isinstance(value, str):
                 total += TOKENS_PER_NAME + self.count_text(encoding, value)
-            elif key in ("output", "summary") and isinstance(value, list):
-                # A Responses item's output (a call's result) or reasoning summary parts.
-                total += self._content_tokens(encoding, value)
+            elif key in ("output", "summary") and isinstance(value, list | dict):
+                # A Responses item's output (a call's result, a screenshot) or summary parts.
+                parts = value if isinstance(value, list) else [value]
+                total += self._content_tokens(encoding, parts)
             elif key in ("role", "tool_calls"):
                 if key == "role" and isinstance(value, str):
                     total += self._role_tokens(encoding, value)
@@ -239,7 +240,7 @@ class TokenCounter:
                 image = part.get("image_url")
                 detail = image.get("detail") if isinstance(image, dict) else None
                 total += IMAGE_TOKENS_LOW if detail == "low" else IMAGE_TOKENS_HIGH
-            elif kind == "input_image":
+            elif kind in ("input_image", "computer_screenshot"):
                 low = part.get("detail") == "low"
                 total += IMAGE_TOKENS_LOW if low else IMAGE_TOKENS_HIGH
             elif kind == "input_audio":

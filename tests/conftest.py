@@ -1,4 +1,6 @@
-"""Test-wide setup: offline tiktoken encodings, when the shared cache folder is beside the repo."""
+"""Test-wide setup: offline tiktoken encodings, when the shared cache folder is beside the repo,
+and hypothesis' profiles: the same examples on every run (a failure in CI reproduces
+anywhere), or new ones with `HYPOTHESIS_PROFILE=explore`, the way to look for new bugs."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("repeatable", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 _SHARED = Path(__file__).resolve().parents[2] / "shared" / "tiktoken"
 if "TIKTOKEN_CACHE_DIR" not in os.environ and _SHARED.is_dir():

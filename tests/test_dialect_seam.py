@@ -67,7 +67,7 @@ class Items:
     def note(self, text: str) -> Item:
         return {"type": "message", "role": "assistant", "content": text}
 
-    def placeholder(self, call_id: str, text: str) -> Item:
+    def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
         return {"type": "function_call_output", "call_id": call_id, "output": text}
 
     def cleared(self, item: Item, text: str) -> Item:

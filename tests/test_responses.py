@@ -335,3 +335,55 @@ def test_the_fast_path_reads_responses_bodies_and_changes_nothing(
     assert not any(reparsed)
     assert fast == plain
     assert any("summarized" in k for k in fast[1])
+
+
+def test_structured_outputs_are_never_cleared_and_calls_get_matching_placeholders() -> None:
+    shell = {"type": "shell_call_output", "call_id": "s", "output": [{"stdout": "x" * 900}]}
+    assert RESPONSES.cleared(shell, "gone") is shell
+    text = {"type": "function_call_output", "call_id": "f", "output": "y" * 900}
+    assert RESPONSES.cleared(text, "gone")["output"] == "gone"
+    from proxy.reduction.repair import repair
+
+    dangling = [
+        {"role": "user", "content": "go"},
+        {"type": "custom_tool_call", "call_id": "c", "name": "grep", "input": "x"},
+        {"type": "computer_call", "call_id": "k", "action": {"type": "screenshot"}},
+        {"role": "user", "content": "and?"},
+    ]
+    repaired = repair(dangling, RESPONSES)
+    made = [i for i in repaired if i.get("type") == "custom_tool_call_output"]
+    assert len(made) == 1 and made[0]["call_id"] == "c"
+    assert not any(i.get("type") == "computer_call_output" for i in repaired)  # cannot be made up
+
+
+def test_item_references_mean_the_provider_holds_the_conversation() -> None:
+    body = {
+        "model": "m",
+        "input": [{"type": "item_reference", "id": "msg_1"}, {"role": "user", "content": "x"}],
+    }
+    assert RESPONSES_WIRE.server_state(parse(json.dumps(body).encode())) == "item_reference"
+
+
+def test_a_second_history_key_hidden_by_escapes_means_a_full_parse() -> None:
+    from proxy.fastpath.known import Known, list_start, locate, remember, reparse, resent
+
+    first = orjson.dumps({"model": "m", "input": [{"content": "a"}, {"content": "b"}]})
+    payload = orjson.loads(first)
+    bounds = locate(first, payload, None, "input")
+    prefix_len, prefix_digest, suffix_len, suffix_digest = remember(first, bounds)
+    known = Known(
+        messages=tuple(payload["input"]),
+        prefix_len=prefix_len,
+        prefix_digest=prefix_digest,
+        digests=(),
+        hashes=(),
+        model="m",
+        counts=(),
+        suffix_len=suffix_len,
+        suffix_digest=suffix_digest,
+        list_start=list_start(first, payload, "input"),
+    )
+    evil = first[:-2] + b',{"content":"c"}],"inp\\u0075t":[{"content":"EVIL"}]}'
+    assert reparse(evil, known, "input") is None
+    parsed = orjson.loads(evil)
+    assert resent(known, parsed["input"], evil, locate(evil, parsed, known, "input"), "input") == 0

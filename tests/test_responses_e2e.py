@@ -321,3 +321,39 @@ def test_recall_brings_a_fact_back_into_a_reduced_responses_input(
     block = asked[-2]
     assert block["role"] == "system" and fact in block["content"]
     assert int(agent.headers[-1]["x-context-recall"]) >= 1
+
+
+def test_only_the_latest_answer_of_a_conversation_is_continued(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    """Two users of one key who open alike share a derived conversation; a retry names an
+    earlier answer. Neither continues turns it never saw: both go through as sent."""
+    upstream, upstream_url = fake
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-shared", max_retries=0)
+        with api:
+            a = api.responses.create(model=MODEL, input="Hello")
+            b = api.responses.create(model=MODEL, input="Hello")
+            b2 = api.responses.create(
+                model=MODEL, input="My PIN is 4321.", previous_response_id=b.id
+            )
+            raw = api.responses.with_raw_response.create(
+                model=MODEL, input="What did I tell you?", previous_response_id=a.id
+            )
+            retry = api.responses.with_raw_response.create(
+                model=MODEL, input="My PIN is 4321, again.", previous_response_id=b.id
+            )
+            api.responses.create(model=MODEL, input="Thanks.", previous_response_id=b2.id)
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    assert retry.headers["x-context-reduction"] == "passthrough"
+    sent = upstream.responses_requests()
+    assert sent[3]["previous_response_id"] == a.id and sent[3]["input"] == "What did I tell you?"
+    assert sent[4]["previous_response_id"] == b.id
+    latest = sent[5]  # the latest answer's chain is continued from the store
+    assert "previous_response_id" not in latest
+    assert [i["content"] for i in latest["input"] if i.get("role") == "user"] == [
+        "Hello",
+        "My PIN is 4321.",
+        "Thanks.",
+    ]

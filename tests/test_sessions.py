@@ -238,15 +238,15 @@ def test_delete_leaves_nothing_of_the_conversation_in_the_process_or_the_store(
         )
 
 
-def test_a_conversation_keeps_its_latest_answer_ids_and_forget_drops_them() -> None:
+def test_a_conversation_keeps_its_latest_answer_id_only_and_forget_drops_it() -> None:
     sessions = Sessions()
     key, other = ConvKey("t", "c1"), ConvKey("t", "c2")
-    for n in range(12):
-        sessions.answered(key, f"resp_{n}")
-    sessions.answered(other, "resp_x")
-    kept = [n for n in range(12) if sessions.chained("t", f"resp_{n}") == key]
-    assert kept == list(range(4, 12))  # the latest eight
-    assert sessions.chained("another tenant", "resp_11") is None
+    for n in range(3):
+        sessions.answered(key, f"resp_{n}", f"hash_{n}")
+    sessions.answered(other, "resp_x", "hash_x")
+    assert sessions.chained("t", "resp_2") == (key, "hash_2")
+    assert sessions.chained("t", "resp_1") is None  # an earlier answer: not continued
+    assert sessions.chained("another tenant", "resp_2") is None
     sessions.forget(key)
-    assert all(sessions.chained("t", f"resp_{n}") is None for n in range(12))
-    assert sessions.chained("t", "resp_x") == other and not sessions.holds(key)
+    assert sessions.chained("t", "resp_2") is None and not sessions.holds(key)
+    assert sessions.chained("t", "resp_x") == (other, "hash_x")

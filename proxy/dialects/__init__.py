@@ -76,8 +76,9 @@ class Dialect(Protocol):
         """A span's summary in the span's place (the tiered strategy's in-line notes)."""
         ...
 
-    def placeholder(self, call_id: str, text: str) -> Item:
-        """A result closing call `call_id`, whose real result the client did not send."""
+    def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
+        """A result closing call `call_id` (made by item `call`), whose real result the
+        client did not send; None when no result can be made up for such a call."""
         ...
 
     def cleared(self, item: Item, text: str) -> Item:

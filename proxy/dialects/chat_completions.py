@@ -66,7 +66,7 @@ class ChatCompletions:
     def note(self, text: str) -> Item:
         return {"role": "assistant", "content": text}
 
-    def placeholder(self, call_id: str, text: str) -> Item:
+    def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
         return {"role": "tool", "tool_call_id": call_id, "content": text}
 
     def cleared(self, item: Item, text: str) -> Item:

@@ -33,6 +33,12 @@ CALLS = {
     "mcp_approval_request": ("mcp_approval_response", "approval_request_id"),
 }
 ANSWERS = {answer: key for answer, key in CALLS.values()}
+# Outputs that may be a plain string, so a placeholder (or a cleared text) can stand in.
+PLACEHOLDERS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
+TEXT_OUTPUTS = frozenset(PLACEHOLDERS.values())
 TOOL_TYPES = frozenset(CALLS) | frozenset(ANSWERS)
 
 
@@ -104,10 +110,16 @@ class ResponsesItems:
     def note(self, text: str) -> Item:
         return {"type": "message", "role": "assistant", "content": text}
 
-    def placeholder(self, call_id: str, text: str) -> Item:
-        return {"type": "function_call_output", "call_id": call_id, "output": text}
+    def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
+        # Other calls' outputs are structures (a screenshot, a patch's status, an
+        # approval) that cannot be made up: such a call goes as the client sent it.
+        answer = PLACEHOLDERS.get(kind(call))
+        return None if answer is None else {"type": answer, "call_id": call_id, "output": text}
 
     def cleared(self, item: Item, text: str) -> Item:
+        # A shell or computer call's output is a structure, not text: it stays.
+        if kind(item) not in TEXT_OUTPUTS:
+            return item
         return {**item, "output": text}
 
 

@@ -80,8 +80,9 @@ def server_state(payload: dict[str, Any]) -> str | None:
     for key in SERVER_STATE:
         if payload.get(key):
             return key
-    if any(isinstance(i, dict) and i.get("type") == "compaction" for i in payload["input"]):
-        return "compaction"
+    for item in payload["input"]:
+        if isinstance(item, dict) and item.get("type") in ("compaction", "item_reference"):
+            return str(item["type"])  # items only the provider holds
     return None
 
 

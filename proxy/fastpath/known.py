@@ -32,6 +32,7 @@ decides when to look and what to remember.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,9 @@ _MAX_CANDIDATES = 64
 # past the next one since). Powers of 4 from 256 bytes keep hashing all of
 # them close to the cost of hashing the longest.
 FINGERPRINT_LENGTHS = tuple(256 * 4**k for k in range(10))
+# A lower-case letter written as a \u escape: how a second history key could hide
+# from the byte search in `_resends` (JSON writers escape only other characters).
+_ESCAPED_LETTER = re.compile(rb"\\u00(6[1-9a-fA-F]|7[0-9aA])")
 # A placeholder for the remembered messages in the document `reparse` parses.
 _PLACEHOLDER = b"0"
 
@@ -263,6 +267,7 @@ def _resends(body: bytes, known: Known, stop: int, field: str) -> bool:
     return (
         0 < cut <= stop
         and body.find(_key(field), cut, stop) < 0
+        and _ESCAPED_LETTER.search(body, cut, stop) is None
         and _digest(body, 0, cut) == known.prefix_digest
     )
 

@@ -67,6 +67,8 @@ def _stored(ctx: Context) -> list[_Item]:
         start, pinned, segment, messages = entry
         if isinstance(start, int) and start < ctx.state.tail_start and isinstance(messages, list):
             forward: tuple[Message, ...] = tuple(m for m in messages if isinstance(m, dict))
+            if not forward:  # a repaired orphan: nothing of it is forwarded
+                continue
             unit = Unit.of(*forward, dialect=ctx.policy.dialect)
             items.append(_Item(start, bool(pinned), int(segment), unit))
     return sorted(items, key=lambda i: i.start)

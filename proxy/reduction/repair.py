@@ -42,7 +42,13 @@ def close_dangling(units: list[Unit]) -> list[Unit]:
         if not missing:
             out.append(unit)
             continue
-        placeholders = tuple(unit.dialect.placeholder(i, PLACEHOLDER) for i in missing)
+        dialect = unit.dialect
+        by_id = {i: m for m in unit.messages for i in dialect.call_ids(m)}
+        made = (dialect.placeholder(by_id.get(i, unit.head), i, PLACEHOLDER) for i in missing)
+        placeholders = tuple(p for p in made if p is not None)
+        if not placeholders:
+            out.append(unit)
+            continue
         out.append(Unit(unit.messages, unit.forward + placeholders, True, unit.dialect))
     return out
 

@@ -44,7 +44,7 @@ async def commit(
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:
-                ctx.sessions.answered(outcome.key, answer_id)
+                ctx.sessions.answered(outcome.key, answer_id, turn.archive[-1].hash)
             return
         except Conflict:
             try:

@@ -30,12 +30,13 @@ from ..fastpath import Resend
 from ..intake import check_content_type, read_body
 from ..outcome import Outcome
 from ..reduction.types import STRATEGIES, is_strategy
-from ..store import ConvKey
+from ..store import ConvKey, StoreError
 from ..upstream import bearer_token, forward_headers, refused_operator_key, response_headers
 from .load import load
 from .recall import recall_into
 from .reduce import reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
+from .state import SnapshotState
 
 access = logging.getLogger("context_proxy.access")
 # Set on an answer that was relayed but not stored (the turn is archived by the next one).
@@ -68,7 +69,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     headers = forward_headers(request.headers.items(), ctx.settings.upstream)
     streaming = wire.streams(payload)
     if wire.server_state(payload) is not None:  # the provider holds the conversation
-        chained = continued(ctx, wire, payload, given)
+        chained = await continued(ctx, wire, payload, given)
         if chained is None:
             return await as_sent(ctx, wire, body, headers, streaming)
         given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
@@ -176,22 +177,31 @@ async def plan(
     )
 
 
-def continued(
+async def continued(
     ctx: AppContext, wire: Wire, payload: dict[str, Any], given: dict[str, str]
 ) -> dict[str, str] | None:
-    """A request chained to an answer this process relayed, as an append-mode turn of its
-    conversation (with `[responses] manage_server_state`), or None.
+    """A request chained to the latest answer this process relayed for its conversation,
+    as an append-mode turn of it (with `[responses] manage_server_state`), or None.
 
-    The chain's id leaves the payload: the request goes upstream stateless, its
-    history supplied by the store and reduced.
+    The store must still end with that answer (not a later turn, from another
+    process, say); the chain's id then leaves the payload: the request goes
+    upstream stateless, its history supplied by the store and reduced.
     """
     previous = payload.get("previous_response_id")
     if not ctx.settings.responses.manage_server_state or wire.server_state(payload) != (
         "previous_response_id"
     ):
         return None
-    key = ctx.sessions.chained(tenant_of(bearer_token(given)), str(previous))
-    if key is None:
+    found = ctx.sessions.chained(tenant_of(bearer_token(given)), str(previous))
+    if found is None:
+        return None
+    key, answer_hash = found
+    try:
+        latest = await ctx.store.latest(key)
+    except StoreError:
+        return None  # OpenAI still holds the chain
+    state = SnapshotState.from_json(latest.state) if latest is not None else None
+    if state is None or state.answer_hash != answer_hash:
         return None
     del payload["previous_response_id"]
     return {**given, "x-conversation-id": key.conversation, "x-context-mode": "append"}

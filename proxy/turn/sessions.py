@@ -8,8 +8,8 @@ its `Session`:
 - `branches`: summaries prepared in the background, per branch;
 - `recalled`: the recall block its current question got, so the requests of
   the same turn (tool results) repeat it verbatim;
-- `responses`: the ids of its latest Responses answers, so that a request
-  chained to one (`previous_response_id`) continues it.
+- `response`: the id of its latest Responses answer and that answer's chain
+  hash, so that a request chained to it (`previous_response_id`) continues it.
 
 Sessions are bounded together, by roughly the bytes they hold, and dropped
 least recently used first. `forget(key)` drops one at once: after it,
@@ -36,8 +36,6 @@ SESSION_BYTES = 64 * 1024 * 1024
 OPENINGS = 16_384
 # Branches a session keeps prepared summaries for; the oldest go first.
 BRANCHES = 4
-# Response ids a session answers chained requests for; a chain continues from its latest.
-RESPONSES_KEPT = 8
 # A session's own bookkeeping, counted on top of what it holds.
 OVERHEAD = 200
 
@@ -72,7 +70,7 @@ class Session:
     branches: dict[str, Branch] = field(default_factory=dict)
     recalled: Recalled | None = None
     openings: set[Hashable] = field(default_factory=set)
-    responses: list[Hashable] = field(default_factory=list)
+    response: tuple[str, str] | None = None  # the latest answer's id and chain hash
 
     @property
     def weight(self) -> int:
@@ -138,22 +136,31 @@ class Sessions:
             session.openings.add(fingerprint)
         self._store(key, session)
 
-    def answered(self, key: ConvKey, response_id: str) -> None:
-        """The conversation's latest answer has this id: a request chained to it continues it."""
+    def answered(self, key: ConvKey, response_id: str, answer_hash: str) -> None:
+        """The conversation's latest answer has this id (and chain hash).
+
+        Only the latest is kept: a request chained to an earlier answer (a
+        retry, a branch) would otherwise continue turns it never saw.
+        """
         session = self._sessions.get(key) or Session()
+        if session.response is not None:
+            old = ("response", key.tenant, session.response[0])
+            session.openings.discard(old)
+            _unlink(self._openings, key, [old])
         mark = ("response", key.tenant, response_id)
         self._openings[mark] = key
         session.openings.add(mark)
-        session.responses.append(mark)
-        while len(session.responses) > RESPONSES_KEPT:
-            old = session.responses.pop(0)
-            session.openings.discard(old)
-            _unlink(self._openings, key, [old])
+        session.response = (response_id, answer_hash)
         self._store(key, session)
 
-    def chained(self, tenant: str, response_id: str) -> ConvKey | None:
-        """The conversation one of whose latest answers had this id, if this process saw it."""
-        return self._openings.get(("response", tenant, response_id))
+    def chained(self, tenant: str, response_id: str) -> tuple[ConvKey, str] | None:
+        """The conversation whose latest answer had this id, and that answer's chain hash."""
+        key = self._openings.get(("response", tenant, response_id))
+        session = self._sessions.get(key) if key is not None else None
+        if key is None or session is None or session.response is None:
+            return None
+        found_id, answer_hash = session.response
+        return (key, answer_hash) if found_id == response_id else None
 
     def branch(self, key: ConvKey, extends: str) -> Branch:
         """The branch whose next turn extends the snapshot with head `extends` (new if none)."""
@@ -203,3 +210,5 @@ class Sessions:
     def _store(self, key: ConvKey, session: Session) -> None:
         if session.weight <= self._sessions.maxsize:
             self._sessions[key] = session  # (re)computes its weight
+        else:  # grown past the whole bound: kept, it would break it
+            self.forget(key)
