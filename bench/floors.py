@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from proxy.config import UpstreamSettings
+from proxy.settings import UpstreamSettings
 
 KINDS = ("httpx", "httpx-aiohttp", "aiohttp")
 # Idle upstream connections are kept as long as the proxy keeps them: below the

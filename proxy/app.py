@@ -22,7 +22,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import transports
-from .config import Settings
 from .context import AppContext
 from .conversation import tenant_of
 from .embeddings import Embedder
@@ -31,6 +30,7 @@ from .intake import too_large
 from .metrics import Metrics, RequestMetrics
 from .models import context_window
 from .record import Recorder
+from .settings import Settings
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import Summarizer
 from .tokens import TokenCounter

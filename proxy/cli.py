@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, load_settings
+from .config import load_settings
 from .errors import ConfigError
+from .settings import Settings
 
 # Commands that need the `tools` extra, and the packages it brings.
 TOOLS = ("demo", "simulate", "inspect")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from .config import ENV_PREFIX, SECTIONS
+from .settings import ENV_PREFIX, SECTIONS
 
 
 def reference() -> str:

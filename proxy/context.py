@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
-from .config import Settings, requires_client_key
 from .dialects import Dialect
 from .dialects.chat_completions import CHAT
 from .embeddings import Embedder
@@ -17,6 +16,7 @@ from .metrics import Metrics
 from .models import context_window
 from .record import Recorder
 from .reduction.types import Budget, MaskPolicy, Policy
+from .settings import Settings, requires_client_key
 from .store import ConvKey, Store
 from .summarizer import Summarizer
 from .tokens import TokenCounter

@@ -16,8 +16,8 @@ import httpx
 import orjson
 
 from . import transports
-from .config import UpstreamSettings
 from .errors import ProxyError, UpstreamError, error_body
+from .settings import UpstreamSettings
 
 # RFC 9110 §7.6.1 connection-specific headers, plus those httpx recomputes.
 HOP_BY_HOP = frozenset(

@@ -23,8 +23,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
-from proxy.config import load_settings, requires_client_key
+from proxy.config import load_settings
 from proxy.metrics import route_of
+from proxy.settings import requires_client_key
 from proxy.upstream import subpath
 
 from .fake_upstream import FakeUpstream, create_fake_upstream

@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from proxy import transports
-from proxy.config import UpstreamSettings
+from proxy.settings import UpstreamSettings
 from proxy.transports import EAGER_BYTES
 from proxy.transports.over_aiohttp import AiohttpTransport
 from proxy.transports.over_reqwest import ReqwestTransport

@@ -15,12 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy import conversation as conv
-from proxy.config import SECTIONS, load_settings
+from proxy.config import load_settings
 from proxy.dialects.chat_answer import StreamAssembler, message_from_completion
 from proxy.errors import ConfigError
 from proxy.messages import chain_hashes, message_hash
 from proxy.models import context_window
 from proxy.reduction.types import ReductionState, SummaryBlock
+from proxy.settings import SECTIONS
 from proxy.sse import SSEDecoder
 from proxy.tokens import (
     ROLES_KEPT,
