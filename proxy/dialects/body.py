@@ -1,10 +1,13 @@
-"""What every dialect checks of a request body the same way: JSON, a model, counts, flags.
+"""What every wire does with a request body the same way: check its JSON, model, counts and
+flags, and write it back with the reduced history in place.
 
 Each error is a 400 (or 413) naming the field, in the shape `ProxyError` gives it.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -54,3 +57,20 @@ def flags(payload: dict[str, Any], counts: tuple[str, ...]) -> None:
             raise ProxyError(400, f"'{key}' must be a non-negative integer.", param=key)
     if "stream" in payload and not isinstance(payload["stream"], bool | None):
         raise ProxyError(400, "'stream' must be a boolean.", param="stream")
+
+
+def render(body: bytes, payload: dict[str, Any], field: str, items: Sequence[Any]) -> bytes:
+    """The upstream's request: the client's own bytes when the reduction kept every item.
+
+    Re-serialising a long history costs about as much as parsing it, and
+    the client's bytes are the most faithful copy of what it meant to send.
+    The check is by identity: the reduction passes kept items through as
+    the same objects, so this is a pointer comparison per item.
+    """
+    sent = payload[field]
+    if len(items) == len(sent) and all(map(operator.is_, items, sent)):
+        return body
+    try:
+        return orjson.dumps({**payload, field: list(items)})
+    except orjson.JSONEncodeError as exc:  # a field nested past what JSON writers accept
+        raise ProxyError(400, f"The request cannot be re-encoded as JSON: {exc}.") from None

@@ -17,6 +17,7 @@ import orjson
 
 from ..messages import LEADING_ROLES, role, system_message, text_of, tool_call_ids, tool_calls
 from . import Answer, Item, chat_request
+from . import body as body_checks
 from .chat_answer import StreamAssembler, message_from_completion
 
 
@@ -94,7 +95,7 @@ class ChatCompletionsWire:
         return chat_request.parse(body, known, parsed, max_items)
 
     def history(self, payload: dict[str, Any]) -> list[Item]:
-        messages: list[Item] = payload["messages"]
+        messages: list[Item] = payload[self.history_field]
         return messages
 
     def reserved_output(self, payload: dict[str, Any]) -> int:
@@ -107,7 +108,7 @@ class ChatCompletionsWire:
         return bool(payload.get("stream"))
 
     def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
-        return chat_request.render(body, payload, items)
+        return body_checks.render(body, payload, self.history_field, items)
 
     def assembler(self, limit: int) -> StreamAssembler:
         return StreamAssembler(limit=limit)

@@ -7,14 +7,11 @@ upstream to judge, so new OpenAI fields and content part types pass through.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from ..errors import ProxyError
-from ..messages import KNOWN_ROLES, Message
+from ..messages import KNOWN_ROLES
 from . import body as body_checks
 
 
@@ -83,20 +80,3 @@ def reserved_output(payload: dict[str, Any]) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return 0
-
-
-def render(body: bytes, payload: dict[str, Any], messages: Sequence[Message]) -> bytes:
-    """The upstream's request: the client's own bytes when the reduction kept every message.
-
-    Re-serialising a long history costs about as much as parsing it, and
-    the client's bytes are the most faithful copy of what it meant to send.
-    The check is by identity: the reduction passes kept messages through as
-    the same objects, so this is a pointer comparison per message.
-    """
-    sent = payload["messages"]
-    if len(messages) == len(sent) and all(map(operator.is_, messages, sent)):
-        return body
-    try:
-        return orjson.dumps({**payload, "messages": list(messages)})
-    except orjson.JSONEncodeError as exc:  # a field nested past what JSON writers accept
-        raise ProxyError(400, f"The request cannot be re-encoded as JSON: {exc}.") from None

@@ -19,6 +19,7 @@ import orjson
 
 from ..messages import LEADING_ROLES
 from . import Answer, Item, responses_request
+from . import body as body_checks
 from .responses_answer import ResponsesAssembler, items_from_response, response_id
 
 # A call's item type, the type of the item answering it, and the answer's key naming the call.
@@ -144,7 +145,7 @@ class ResponsesWire:
         return responses_request.parse(body, known, parsed, max_items)
 
     def history(self, payload: dict[str, Any]) -> list[Item]:
-        items: list[Item] = payload["input"]
+        items: list[Item] = payload[self.history_field]
         return items
 
     def reserved_output(self, payload: dict[str, Any]) -> int:
@@ -159,7 +160,7 @@ class ResponsesWire:
         return bool(payload.get("stream"))
 
     def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
-        return responses_request.render(body, payload, items)
+        return body_checks.render(body, payload, self.history_field, items)
 
     def assembler(self, limit: int) -> ResponsesAssembler:
         return ResponsesAssembler(limit=limit)

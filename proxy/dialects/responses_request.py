@@ -9,14 +9,10 @@ nothing was reduced.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from ..errors import ProxyError
-from . import Item
 from . import body as body_checks
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
@@ -84,14 +80,3 @@ def server_state(payload: dict[str, Any]) -> str | None:
         if isinstance(item, dict) and item.get("type") in ("compaction", "item_reference"):
             return str(item["type"])  # items only the provider holds
     return None
-
-
-def render(body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
-    """The upstream's request: the client's own bytes when every item was kept as sent."""
-    sent = payload["input"]
-    if len(items) == len(sent) and all(map(operator.is_, items, sent)):
-        return body
-    try:
-        return orjson.dumps({**payload, "input": list(items)})
-    except orjson.JSONEncodeError as exc:
-        raise ProxyError(400, f"The request cannot be re-encoded as JSON: {exc}.") from None
