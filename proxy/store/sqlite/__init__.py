@@ -3,7 +3,7 @@
 Turns (`commit`) are written from the event loop's thread, grouped: the
 turns that arrive before a group runs share one transaction (one savepoint
 each only if one fails). A group is short, and handing it to a thread
-costs more (see `_drain_here`). The loop never waits
+costs more (see `Writer._drain_here`). The loop never waits
 on another connection's write lock, though: its connection does not wait,
 and a group that finds the file locked is tried again a few milliseconds
 later, until the busy timeout. A worker thread runs what may be slow (listings,
@@ -34,12 +34,15 @@ on the same disk) read while a turn is being written; each write takes the
 lock up front with `BEGIN IMMEDIATE`, so two writers wait on the busy
 timeout instead of failing half way.
 
-The package: `store.py` (`SqliteStore`: opening the file, the groups of
-turns written from the loop, lookups and reads), `checkpoint.py`,
-`recent.py` (this process's own recent turns), `rows.py` (transactions and
-the working history's rows) and, beside it, `schema.py`.
+The package: `store.py` (`SqliteStore`: opening the file, lookups and
+reads, what a write does around its SQL), `writer.py` (the groups of
+turns, written from the loop or the worker), `turn_rows.py` (a turn's SQL),
+`connections.py` (each connection's settings, the file's health),
+`checkpoint.py`, `recent.py` (this process's own recent turns), `rows.py`
+(transactions and the working history's rows) and, beside it, `schema.py`.
 """
 
-from proxy.store.sqlite.store import SqliteStore, unwritable
+from proxy.store.sqlite.connections import unwritable
+from proxy.store.sqlite.store import SqliteStore
 
 __all__ = ["SqliteStore", "unwritable"]
