@@ -159,6 +159,28 @@ def responses(chat: Template) -> Template:
     )
 
 
+# The mock's Messages answer as an app resends it: an assistant message of one text block.
+MESSAGES_ANSWER = (
+    b"," + orjson.dumps({"role": "assistant", "content": [{"type": "text", "text": ANSWER}]}) + b","
+)
+CHAT_SYSTEM = b'"messages":[{"role":"system","content":"You are a helpful bot."},'
+
+
+def messages(chat: Template) -> Template:
+    """`chat`'s conversations on Anthropic's `/v1/messages`: the system message as `system`,
+    `max_tokens` given, whole answers."""
+    anthropic = b'"max_tokens":256,"system":"You are a helpful bot.","messages":['
+    return Template(
+        f"{chat.name}-messages",
+        chat.prefix.replace(CHAT_SYSTEM, anthropic, 1),
+        chat.suffix,
+        chat.messages - 1,
+        chat.turns,
+        path="/v1/messages",
+        answer=MESSAGES_ANSWER,
+    )
+
+
 def small(stream: bool) -> Template:
     """2 to 8 messages (system, user, then answers and questions): 0.2-0.7 KB."""
     return template("small", history(2, 60), stream=stream, turns=4)

@@ -65,6 +65,9 @@ log_level = "warning"
 [upstream]
 base_url = "{upstream}/v1"
 
+[anthropic]
+base_url = "{upstream}"
+
 [store]
 backend = "{store}"
 path = "{workdir / (name + ".db")}"

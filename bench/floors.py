@@ -115,6 +115,7 @@ def _app(chat: Any, lifespan: Any) -> Starlette:
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/responses", chat, methods=["POST"]),
+            Route("/v1/messages", chat, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
         ],
         lifespan=lifespan,

@@ -66,9 +66,12 @@ TEMPLATES: dict[str, Callable[[bool], Template]] = {
     "steady": bodies.steady,
     "small-responses": lambda stream: bodies.responses(bodies.small(stream)),
     "steady-responses": lambda stream: bodies.responses(bodies.steady(stream)),
+    "small-messages": lambda stream: bodies.messages(bodies.small(stream)),
+    "steady-messages": lambda stream: bodies.messages(bodies.steady(stream)),
 }
-# The Responses route against the chat route: the same conversations, whole answers, c=32.
-RESPONSES_BODIES = ("small-responses", "steady-responses")
+# The Responses and Messages routes against the chat route: the same conversations, whole
+# answers, c=32.
+RESPONSES_BODIES = ("small-responses", "steady-responses", "small-messages", "steady-messages")
 
 
 def cells(litellm: bool = False, variants: Iterable[str] = ()) -> Iterator[list[Cell]]:

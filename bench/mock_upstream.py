@@ -1,4 +1,4 @@
-"""A fast, deterministic OpenAI upstream (`python -m bench.mock_upstream`): chat and Responses.
+"""A fast, deterministic upstream (`python -m bench.mock_upstream`): chat, Responses, Messages.
 
 A raw ASGI app on uvicorn with uvloop and httptools: every answer is
 pre-serialised bytes, so the mock costs as little CPU as possible on a
@@ -87,8 +87,26 @@ def response(text: str) -> bytes:
     )
 
 
+def message(text: str) -> bytes:
+    """A whole Messages (Anthropic) answer: one text block."""
+    return orjson.dumps(
+        {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": "bench",
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 100, "output_tokens": 20},
+        }
+    )
+
+
 ANSWER_JSON = completion(ANSWER)
 ANSWER_RESPONSE = response(ANSWER)
+ANSWER_MESSAGE = message(ANSWER)
+SUMMARY_MESSAGE = message(SUMMARY)
 SUMMARY_JSON = completion(SUMMARY)
 ANSWER_SSE = sse_chunks(ANSWER)
 
@@ -131,11 +149,16 @@ async def app(
     elif SUMMARIZER_MARK in body[:4096]:
         if summary_delay_s:
             await asyncio.sleep(summary_delay_s)
-        await _send_all(send, 200, JSON_HEADERS, [SUMMARY_JSON])
+        summary = SUMMARY_MESSAGE if scope["path"] == "/v1/messages" else SUMMARY_JSON
+        await _send_all(send, 200, JSON_HEADERS, [summary])
     elif scope["path"] == "/v1/responses":  # whole answers only: the bench's Responses rows
         if answer_delay_s:
             await asyncio.sleep(answer_delay_s)
         await _send_all(send, 200, JSON_HEADERS, [ANSWER_RESPONSE])
+    elif scope["path"] == "/v1/messages":  # whole answers only: the bench's Messages rows
+        if answer_delay_s:
+            await asyncio.sleep(answer_delay_s)
+        await _send_all(send, 200, JSON_HEADERS, [ANSWER_MESSAGE])
     elif b'"stream":true' in body or b'"stream": true' in body:
         if answer_delay_s:
             await asyncio.sleep(answer_delay_s)

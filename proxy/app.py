@@ -25,24 +25,25 @@ from . import transports
 from .context import AppContext
 from .conversation import tenant_of
 from .embeddings import Embedder
-from .errors import ProxyError, error_body
+from .errors import ProxyError, anthropic_error_body, error_body
 from .intake import too_large
 from .metrics import Metrics, RequestMetrics
 from .models import context_window
 from .record import Recorder
 from .settings import Settings
 from .store import ConvKey, Store, StoreError, open_store
-from .summarizer import Summarizer
+from .summarizer import AnthropicRoute, Summarizer
 from .tokens import TokenCounter
-from .turn.pipeline import authorize, chat_completions, responses
+from .turn.pipeline import authorize, chat_completions, messages, responses
 from .upstream import (
     create_client,
     forward_headers,
+    provider_of,
+    providers,
     refused_operator_key,
     response_headers,
     subpath,
     transport_error,
-    upstream_url,
 )
 
 log = logging.getLogger("context_proxy.app")
@@ -80,6 +81,8 @@ def create_app(
             timeout_s=r.summarizer_timeout_s,
             window_tokens=window,
             api=r.summarizer_api,
+            openai_key=settings.upstream.api_key,
+            anthropic=anthropic_route(settings),
         )
         ctx = AppContext(
             settings, client, the_store, counter or TokenCounter(), summarizer, metrics
@@ -110,6 +113,7 @@ def create_app(
     routes = [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
         Route(
             "/v1/{path:path}",
             passthrough,
@@ -132,11 +136,30 @@ def create_app(
     )
 
 
+def anthropic_route(settings: Settings) -> AnthropicRoute:
+    """Where summaries through Anthropic's Messages API go."""
+    a, r = settings.anthropic, settings.reduction
+    explicit = r.summarizer_api == "anthropic"
+    base = r.summarizer_base_url if explicit and r.summarizer_base_url else a.base_url
+    model = a.summarizer_model or (r.summarizer_model if explicit else "")
+    url = providers(settings)["anthropic"]._replace(base_url=base).url("/v1/messages")
+    return AnthropicRoute(url, model, a.api_key, a.version)
+
+
 async def proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     # After a body that never arrived, the connection is in an unknown state: close it.
     headers = {"connection": "close"} if exc.status == 408 else None
-    return Response(exc.body(), status_code=exc.status, media_type=JSON, headers=headers)
+    body = exc.body(anthropic=speaks_anthropic(request))
+    return Response(body, status_code=exc.status, media_type=JSON, headers=headers)
+
+
+def speaks_anthropic(request: Request) -> bool:
+    """Whether the client reads Anthropic's error shape: its routes, or its SDK elsewhere."""
+    path = request.url.path
+    if path in ("/v1/chat/completions", "/v1/responses"):
+        return False
+    return provider_of(path, request.headers) == "anthropic"
 
 
 async def client_gone(request: Request, exc: Exception) -> Response:
@@ -148,9 +171,11 @@ async def client_gone(request: Request, exc: Exception) -> Response:
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     # A bug of ours must not look like the upstream's 500; say whose fault it is.
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    body = error_body(
-        "The proxy failed to handle this request.", type="proxy_error", code="proxy_internal_error"
-    )
+    message = "The proxy failed to handle this request."
+    if speaks_anthropic(request):
+        body = anthropic_error_body(502, message)
+    else:
+        body = error_body(message, type="proxy_error", code="proxy_internal_error")
     return Response(body, status_code=502, media_type=JSON)
 
 
@@ -196,7 +221,9 @@ async def passthrough(request: Request) -> Response:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(limit)
-    headers = forward_headers(request.headers.items(), ctx.settings.upstream)
+    path = subpath(request.scope.get("raw_path") or request.url.path.encode())
+    provider = ctx.providers[provider_of(path, request.headers)]
+    headers = forward_headers(request.headers.items(), provider)
     if declared is not None:
         headers["content-length"] = declared
     has_body = request.method not in ("GET", "HEAD") and (
@@ -204,11 +231,7 @@ async def passthrough(request: Request) -> Response:
     )
     upstream_request = ctx.client.build_request(
         request.method,
-        upstream_url(
-            ctx.settings.upstream.base_url,
-            subpath(request.scope.get("raw_path") or request.url.path.encode()),
-            request.url.query,
-        ),
+        provider.url(path, request.url.query),
         headers=headers,
         content=request.stream() if has_body else None,
         # The body is not parsed, so whether the answer streams is unknown: the
@@ -219,7 +242,7 @@ async def passthrough(request: Request) -> Response:
         response = await ctx.client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
         raise transport_error(exc) from None
-    refused = refused_operator_key(ctx.settings.upstream, response.status_code)
+    refused = refused_operator_key(provider, response.status_code)
     if refused is not None:
         await response.aclose()
         return Response(refused, status_code=response.status_code, media_type=JSON)

@@ -170,6 +170,11 @@ def _validate(s: Settings) -> None:
         "upstream.transport",
         "must be reqwest, aiohttp or httpx",
     )
+    check(
+        s.anthropic.base_url.startswith(("http://", "https://")),
+        "anthropic.base_url",
+        "must be an http:// or https:// URL",
+    )
     check(s.upstream.timeout_s > 0, "upstream.timeout_s", "must be positive")
     check(s.upstream.keepalive_s >= 0, "upstream.keepalive_s", "must not be negative")
     check(
@@ -185,9 +190,9 @@ def _validate(s: Settings) -> None:
         f"must be one of {STRATEGIES} or mask+<one of {MASK_THEN}>",
     )
     check(
-        r.summarizer_api in ("chat", "responses"),
+        r.summarizer_api in ("auto", "chat", "responses", "anthropic"),
         "reduction.summarizer_api",
-        "must be chat or responses",
+        "must be auto, chat, responses or anthropic",
     )
     check(r.mask.then in MASK_THEN, "reduction.mask.then", f"must be one of {MASK_THEN}")
     check(r.mask.keep_tool_uses >= 0, "reduction.mask.keep_tool_uses", "must not be negative")
@@ -231,9 +236,13 @@ def _validate(s: Settings) -> None:
     check(s.models.default_context_tokens > 0, "models.default_context_tokens", "must be positive")
     for model, window in s.models.windows.items():
         check(window > 0, f"models.{model}", "must be positive")
-    check(
-        not s.upstream.api_key or bool(s.auth.client_keys) or s.auth.allow_anonymous,
-        "auth.client_keys",
-        "upstream.api_key is set, so clients must present one of auth.client_keys "
-        "(or set auth.allow_anonymous = true); refusing to run as an open relay",
-    )
+    for key, value in (
+        ("upstream.api_key", s.upstream.api_key),
+        ("anthropic.api_key", s.anthropic.api_key),
+    ):
+        check(
+            not value or bool(s.auth.client_keys) or s.auth.allow_anonymous,
+            "auth.client_keys",
+            f"{key} is set, so clients must present one of auth.client_keys "
+            "(or set auth.allow_anonymous = true); refusing to run as an open relay",
+        )

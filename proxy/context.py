@@ -22,7 +22,7 @@ from .summarizer import Summarizer
 from .tokens import TokenCounter
 from .turn.background import Background
 from .turn.sessions import Sessions
-from .upstream import UpstreamClient, upstream_url
+from .upstream import Provider, UpstreamClient, providers
 
 MEMO_LIMIT = 4096
 
@@ -72,19 +72,19 @@ class AppContext:
     _budgets: dict[tuple[str, int], Budget] = field(default_factory=dict, repr=False)
     _policies: dict[tuple[str, bool, str], Policy] = field(default_factory=dict, repr=False)
     # The upstream is fixed by configuration, so each route's URL is parsed once.
-    _urls: dict[str, httpx.URL] = field(default_factory=dict, repr=False)
+    _urls: dict[tuple[str, str], httpx.URL] = field(default_factory=dict, repr=False)
     require_key: bool = field(init=False)
+    providers: dict[str, Provider] = field(init=False)
 
     def __post_init__(self) -> None:
         self.require_key = requires_client_key(self.settings)
+        self.providers = providers(self.settings)
 
-    def url_for(self, path: str) -> httpx.URL:
+    def url_for(self, path: str, provider: str = "openai") -> httpx.URL:
         """The upstream URL of a wire format's route (`path` is fixed by the dialect)."""
-        found = self._urls.get(path)
+        found = self._urls.get((path, provider))
         if found is None:
-            found = self._urls[path] = httpx.URL(
-                upstream_url(self.settings.upstream.base_url, path)
-            )
+            found = self._urls[path, provider] = httpx.URL(self.providers[provider].url(path))
         return found
 
     def policy(self, strategy: str, *, preparing: bool = True, dialect: Dialect = CHAT) -> Policy:

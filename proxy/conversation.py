@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .dialects import Dialect
+from .dialects.chat_completions import CHAT
 from .errors import ProxyError
 from .messages import Message, canonical, chain_hashes, split_leading
 from .reduction.types import ReductionState, Working
@@ -121,6 +123,7 @@ def reconcile_append(
     stored_working: Sequence[Message],
     prior: Mapping[str, Any],
     stored_position: int,
+    dialect: Dialect = CHAT,
 ) -> Turn:
     """The client sent only new messages; the stored working history supplies the rest."""
     if not new:
@@ -131,7 +134,7 @@ def reconcile_append(
     state = stored.reduction
     parent = stored.answer_hash
     hashes = chain_hashes(new, parent)
-    summary = [{"role": "system", "content": b.text} for b in state.summaries]
+    summary = [dialect.summary(b.text) for b in state.summaries]
     return Turn(
         history=(*leading, *summary, *tail),
         working=Working(leading, tail, state),

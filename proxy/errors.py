@@ -3,7 +3,8 @@
 Operator mistakes (`ConfigError`) are kept apart from failures at run time
 (`ProxyError`, `UpstreamError`), as pydantic-ai separates `UserError` from
 run errors: the first stops start-up with the key at fault, the others
-become OpenAI-shaped HTTP errors and never a 500.
+become HTTP errors in the client's dialect (OpenAI's shape, or Anthropic's
+on its routes), and never a 500.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ class ProxyError(Exception):
         self.code = code
         self.param = param
 
-    def body(self) -> bytes:
+    def body(self, anthropic: bool = False) -> bytes:
+        if anthropic:
+            return anthropic_error_body(self.status, self.message)
         return error_body(self.message, type=self.type, code=self.code, param=self.param)
 
 
@@ -51,3 +54,20 @@ def error_body(
         "error": {"message": message, "type": type, "param": param, "code": code}
     }
     return orjson.dumps(payload)
+
+
+# Anthropic's error type for each status; another 4xx is invalid_request_error, a 5xx api_error.
+ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str) -> bytes:
+    """Anthropic's error shape: `{"type": "error", "error": {"type": ..., "message": ...}}`."""
+    kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .conversation import tenant_of
+from .dialects.anthropic import ANTHROPIC
 from .dialects.responses import RESPONSES
 from .messages import role, text_of, tool_calls
 from .turn.state import SnapshotState
@@ -92,8 +93,10 @@ def read_sqlite(path: str, conversation: str, tenant: str, limit: int) -> dict[s
 
 
 def preview(message: dict[str, Any]) -> str:
-    # A Responses item (a call, its output, reasoning) has its text where chat has none.
-    text = (text_of(message) or RESPONSES.text(message)).replace("\n", " ")
+    # A Responses item (a call, its output, reasoning) or an Anthropic message of tool
+    # blocks has its text where chat has none.
+    text = text_of(message) or RESPONSES.text(message) or ANTHROPIC.text(message)
+    text = text.replace("\n", " ")
     calls = [f"{c.get('function', {}).get('name', '?')}(...)" for c in tool_calls(message)]
     if calls:
         text = (text + " " if text else "") + "calls " + ", ".join(calls)

@@ -1,10 +1,10 @@
 """A deterministic OpenAI-compatible upstream for `demo` and `simulate`: no key, no network.
 
 It answers `/v1/chat/completions` (plain and SSE), including the proxy's own
-summariser calls, and `/v1/responses` (whole answers), rejects broken tool
-chains the way OpenAI does (so a
-reduction that split a chain shows up as a 400, not as a pretty number), and
-records every call with the prompt-cache hit OpenAI would have given it.
+summariser calls, `/v1/responses` and `/v1/messages` (whole answers),
+rejects broken tool chains the way the providers do (so a reduction that
+split a chain shows up as a 400, not as a pretty number), and records every
+call with the prompt-cache hit the provider would have given it.
 Answers depend only on the request, so two runs print the same report.
 
 - a last user message containing "call tool NAME" gets one tool call to NAME;
@@ -154,6 +154,7 @@ class MockUpstream:
             routes=[
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
+                Route("/v1/messages", self.messages, methods=["POST"]),
             ],
         )
 
@@ -281,6 +282,57 @@ class MockUpstream:
             "status": "completed",
             "output": [output],
             "usage": usage,
+        }
+        return JSONResponse(answer)
+
+    async def messages(self, request: Request) -> Response:
+        """A whole Messages answer; a tool_result that answers no call of the message before
+        it is Anthropic's 400."""
+        try:
+            body = json.loads(await request.body())
+            model = str(body["model"])
+            messages = body["messages"]
+            calls: set[str] = set()
+            for message in messages:
+                blocks = message["content"] if isinstance(message["content"], list) else []
+                answered = {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"}
+                if answered != calls:
+                    raise BadRequest(f"tool_use ids {sorted(calls ^ answered)} are not paired.")
+                calls = {b["id"] for b in blocks if b["type"] == "tool_use"}
+        except (ValueError, KeyError, TypeError, AttributeError, BadRequest) as exc:
+            reason = str(exc) if isinstance(exc, BadRequest) else "Invalid request body."
+            self.calls.append(Call(False, 0, 0, 0, 0, False, error=reason))
+            error = {"type": "invalid_request_error", "message": reason}
+            return JSONResponse({"type": "error", "error": error}, status_code=400)
+        system = body.get("system")
+        system_text = system if isinstance(system, str) else json.dumps(system or "")
+        summary = SUMMARIZER_MARKER in system_text.lower()
+        cached, extends = self._cached(model, messages)
+        text = text_of(messages[-1]) or "the tool's result"
+        digest = hashlib.sha256(json.dumps(messages).encode()).hexdigest()[:16]
+        content: list[dict[str, Any]]
+        if summary:
+            content = [{"type": "text", "text": mock_summary([{}, *messages])}]
+        elif match := re.search(r"call tool (\w+)", text, re.IGNORECASE):
+            call = {"type": "tool_use", "id": f"toolu_{digest}", "name": match.group(1)}
+            content = [{**call, "input": {"query": text[:80]}}]
+        else:
+            content = [{"type": "text", "text": f"About {text[:120]}."}]
+        if not summary:
+            self._previous_head = chain_hashes(messages)[-1]
+        prompt = self._count(model, messages)
+        completion = max(1, math.ceil(len(json.dumps(content)) / 4))
+        self.calls.append(Call(summary, len(messages), prompt, cached, completion, extends))
+        usage = {"input_tokens": prompt - cached, "cache_read_input_tokens": cached}
+        answer = {
+            "id": f"msg_{digest}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": "tool_use" if content[0]["type"] == "tool_use" else "end_turn",
+            "stop_sequence": None,
+            "usage": {**usage, "output_tokens": completion},
         }
         return JSONResponse(answer)
 

@@ -40,14 +40,21 @@ class Outcome:
     recalled: int | None = None  # None when recall is off
     # The branch whose summaries this turn used and prepares (see `turn.sessions`).
     branch: Branch | None = field(default=None, compare=False)
+    # The token counts are an estimate: the model's own tokenizer is not available offline.
+    estimated: bool = False
 
     def headers(self) -> dict[str, str]:
-        return {
+        found = {
             "x-conversation-id": self.key.conversation,
             "x-context-reduction": ",".join(self.reduction.kinds),
             "x-context-tokens-in": str(self.tokens_in),
             "x-context-tokens-out": str(self.reduction.tokens_out),
-        } | ({} if self.recalled is None else {"x-context-recall": str(self.recalled)})
+        }
+        if self.recalled is not None:
+            found["x-context-recall"] = str(self.recalled)
+        if self.estimated:
+            found["x-context-tokens-estimated"] = "true"
+        return found
 
 
 def turn_commit(outcome: Outcome, answer: Sequence[Message], now: float) -> TurnCommit:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .messages import Message, last_user_index
+from .dialects import Dialect
+from .messages import Message
 from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
@@ -147,10 +148,23 @@ def quote(hits: Sequence[SearchHit], max_chars: int) -> str:
     return "\n".join(lines)
 
 
-def inject(messages: Sequence[Message], content: str) -> list[Message]:
-    """The forwarded messages with the recall block right before the last user message."""
-    at = last_user_index(messages)
-    block: Message = {"role": "system", "content": content}
+def question_index(messages: Sequence[Message], dialect: Dialect) -> int:
+    """Index of the last message that opens a user's turn (not a tool result), or -1."""
+    for i in range(len(messages) - 1, -1, -1):
+        if dialect.opens_turn(messages[i]):
+            return i
+    return -1
+
+
+def inject(messages: Sequence[Message], content: str, dialect: Dialect) -> list[Message]:
+    """The forwarded messages with the recall block right before the last user message.
+
+    The block is an instruction where the wire has them in its history (a
+    system or developer message); on Anthropic's, a user message that the
+    wire merges into the question's.
+    """
+    at = question_index(messages, dialect)
+    block = dialect.summary(content)
     if at < 0:
         return [*messages, block]
     return [*messages[:at], block, *messages[at:]]

@@ -159,9 +159,10 @@ class ReductionSettings:
         default=0.8,
     )
     summarizer_api: str = _doc(
-        "chat (POST /chat/completions) | responses (POST /responses, for upstreams that "
-        "serve only the Responses API).",
-        default="chat",
+        "auto (a /v1/messages conversation through Anthropic's /v1/messages, the others "
+        "through chat) | chat (POST /chat/completions) | responses (POST /responses, for "
+        "upstreams that serve only the Responses API) | anthropic (POST /v1/messages).",
+        default="auto",
     )
     summarizer_timeout_s: float = _doc(
         "A summary slower than this falls back to a window.", default=60.0
@@ -201,6 +202,33 @@ class ResponsesSettings:
         "process relayed for its conversation is continued from the proxy's store and "
         "forwarded stateless and reduced, without the id. Off (and for any other id): such "
         "requests go through as sent, and OpenAI holds the conversation.",
+        default=False,
+    )
+
+
+@dataclass(frozen=True)
+class AnthropicSettings:
+    base_url: str = _doc(
+        "Where /v1/messages (and the other Anthropic routes) go.",
+        default="https://api.anthropic.com",
+    )
+    api_key: str = _doc(
+        "When set, sent upstream as x-api-key instead of the client's key; then clients "
+        "must present one of [auth].client_keys.",
+        default="",
+    )
+    summarizer_model: str = _doc(
+        "Model for the summaries of /v1/messages conversations made through Anthropic; "
+        "empty: the request's own model.",
+        default="",
+    )
+    version: str = _doc(
+        "anthropic-version of the proxy's own calls (summaries) when the client sent none.",
+        default="2023-06-01",
+    )
+    count_tokens: bool = _doc(
+        "Near the trigger, ask /v1/messages/count_tokens for the reduced request's exact "
+        "count (one call more on such turns) and reduce again if the estimate fell short.",
         default=False,
     )
 
@@ -251,6 +279,7 @@ class Settings:
     reduction: ReductionSettings = field(default_factory=ReductionSettings)
     recall: RecallSettings = field(default_factory=RecallSettings)
     responses: ResponsesSettings = field(default_factory=ResponsesSettings)
+    anthropic: AnthropicSettings = field(default_factory=AnthropicSettings)
     record: RecordSettings = field(default_factory=RecordSettings)
     models: ModelsSettings = field(default_factory=ModelsSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)

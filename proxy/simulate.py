@@ -175,6 +175,7 @@ def replay(
         env={},
         overrides={
             "upstream": {"base_url": f"http://{MOCK_HOST}/v1", "timeout_s": 120},
+            "anthropic": {"base_url": f"http://{MOCK_HOST}"},
             "store": {"backend": "memory"},
             "reduction": {
                 "strategy": strategy,
@@ -204,8 +205,9 @@ def replay(
     with TestClient(app, base_url="http://context-proxy.test") as client:
         for body in bodies:
             before = len(mock.calls)
-            route = "/v1/responses" if "input" in body else "/v1/chat/completions"
-            response = client.post(route, json=body, headers={"authorization": f"Bearer {key}"})
+            response = client.post(
+                route_of(body), json=body, headers={"authorization": f"Bearer {key}"}
+            )
             run.requests.append(_replayed(body, response, mock, before))
     run.seconds = time.perf_counter() - started
     for call in mock.summary_calls:
@@ -214,6 +216,28 @@ def replay(
         run.summary_cached += call.cached_tokens
         run.summary_completion += call.completion_tokens
     return run
+
+
+# Content blocks only Anthropic's Messages API has.
+ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+
+
+def route_of(body: dict[str, Any]) -> str:
+    """Which route a recorded body was sent to: Responses bodies have `input`; Messages
+    bodies a top-level `system` or Anthropic's content blocks; the rest are chat."""
+    if "input" in body:
+        return "/v1/responses"
+    messages = body.get("messages")
+    blocks = (
+        b.get("type")
+        for m in (messages if isinstance(messages, list) else ())
+        if isinstance(m, dict) and isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict)
+    )
+    if "system" in body or any(kind in ANTHROPIC_BLOCKS for kind in blocks):
+        return "/v1/messages"
+    return "/v1/chat/completions"
 
 
 def _replayed(body: dict[str, Any], response: Any, mock: MockUpstream, before: int) -> Replayed:

@@ -6,6 +6,10 @@ this decoder yields.
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 
 class SSEDecoder:
     """Incremental server-sent-events parser: bytes in, `data` payloads out.
@@ -96,3 +100,12 @@ class EventReader:
 
     def event(self, data: bytes) -> None:
         raise NotImplementedError
+
+    def json_event(self, data: bytes) -> dict[str, Any] | None:
+        """`data` as a JSON object, counted in `size`; None if it is not one (never raises)."""
+        self.size += len(data)
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        return event if isinstance(event, dict) else None

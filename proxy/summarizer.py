@@ -1,8 +1,11 @@
 """Producing the summaries that the reduction core asks for.
 
 The core only says which messages it wants summarised (`SummaryRequest`);
-this module turns them into chat-completion calls to the upstream (or a
-cheaper `summarizer_model` / `summarizer_base_url`). A span larger than the
+this module turns them into calls to the upstream (or a cheaper
+`summarizer_model` / `summarizer_base_url`): chat completions, the
+Responses API, or Anthropic's Messages API, by `summarizer_api` and, when
+that is "auto", by the conversation's own wire. Each call carries only the
+credentials of the provider it goes to. A span larger than the
 summariser's own window is summarised in chunks that are then merged. A
 summariser that keeps failing is skipped by a circuit breaker for a while,
 so a dead summariser does not add its timeout to every turn: the caller
@@ -14,13 +17,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from .messages import Message, role
 from .reduction.types import SummaryRequest
-from .upstream import post_json
+from .upstream import ANTHROPIC_SIDE_CALL_HEADERS, post_json
 
 SUMMARY_PROMPT = (
     "You are the context-proxy summarizer. You compress the earlier part of a conversation "
@@ -31,6 +34,11 @@ SUMMARY_PROMPT = (
     "tool calls that matter and what their results showed. Drop pleasantries and repetition. "
     "Do not address the user; do not invent anything. Plain text or short bullet points."
 )
+
+
+# Anthropic requires an answer limit; a summary is dense, and the limit is reserved
+# from the summarising model's window.
+SUMMARY_MAX_TOKENS = 1024
 
 
 class SummarizerUnavailable(Exception):
@@ -88,6 +96,15 @@ def transcript(request: SummaryRequest, limit_chars: int | None = None) -> str:
     return "\n\n".join(lines)
 
 
+class AnthropicRoute(NamedTuple):
+    """Where and how summaries go through Anthropic's `/v1/messages`."""
+
+    url: str  # the full URL of /v1/messages
+    model: str  # "" : the conversation's own model
+    api_key: str  # the operator's key; "": an Anthropic client's own x-api-key
+    version: str  # anthropic-version when the client sent none
+
+
 @dataclass(frozen=True)
 class SummaryResult:
     text: str
@@ -106,10 +123,14 @@ class Summarizer:
         timeout_s: float,
         window_tokens: int,
         breaker: CircuitBreaker | None = None,
-        api: str = "chat",
+        api: str = "auto",
+        openai_key: str = "",
+        anthropic: AnthropicRoute | None = None,
     ) -> None:
         self.client = client
         self.api = api
+        self.openai_key = openai_key
+        self.anthropic = anthropic
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout_s = timeout_s
@@ -123,33 +144,69 @@ class Summarizer:
     ) -> SummaryResult:
         if self.breaker.open:
             raise SummarizerUnavailable("summarizer circuit breaker is open")
+        api = self._api(request)
+        if api == "anthropic" and self.anthropic is not None:
+            model = self.anthropic.model or model
+        else:
+            model = self.model or model
         try:
-            result = await self._summarize(request, self.model or model, headers)
+            result = await self._summarize(
+                request, api, model, self._headers(api, request, headers)
+            )
         except SummarizerUnavailable:
             self.breaker.failure()
             raise
         self.breaker.success()
         return result
 
+    def _api(self, request: SummaryRequest) -> str:
+        if self.api != "auto":
+            return self.api
+        return "anthropic" if request.dialect.name == "anthropic" else "chat"
+
+    def _headers(self, api: str, request: SummaryRequest, given: dict[str, str]) -> dict[str, str]:
+        """The credentials for the provider the call goes to, never another provider's."""
+        from_anthropic = request.dialect.name == "anthropic"
+        if api == "anthropic":
+            route = self.anthropic
+            # Only an Anthropic client's own headers are Anthropic credentials.
+            found = {k: given[k] for k in ANTHROPIC_SIDE_CALL_HEADERS if k in given}
+            if not from_anthropic:
+                found = {k: v for k, v in found.items() if k == "anthropic-version"}
+            if route is not None and route.api_key:
+                found["x-api-key"] = route.api_key
+            if route is not None:
+                found.setdefault("anthropic-version", route.version)
+            return found
+        if from_anthropic:  # the client's headers hold an Anthropic key: none of it goes
+            return {"authorization": f"Bearer {self.openai_key}"} if self.openai_key else {}
+        return given
+
     async def _summarize(
-        self, request: SummaryRequest, model: str, headers: dict[str, str]
+        self, request: SummaryRequest, api: str, model: str, headers: dict[str, str]
     ) -> SummaryResult:
         text = transcript(request, limit_chars=self.max_chars // 2)
         if len(text) <= self.max_chars:
-            return await self._call(text, model, headers)
+            return await self._call(text, api, model, headers)
         parts: list[str] = []
         tokens = 0
         for chunk in _chunks(request, self.max_chars):
-            partial = await self._call(chunk, model, headers)
+            partial = await self._call(chunk, api, model, headers)
             parts.append(partial.text)
             tokens += partial.tokens
         merged = SummaryRequest(request.key, (), tuple(parts), request.dialect)
-        final = await self._call(transcript(merged)[: self.max_chars], model, headers)
+        final = await self._call(transcript(merged)[: self.max_chars], api, model, headers)
         return SummaryResult(final.text, tokens + final.tokens)
 
-    async def _call(self, text: str, model: str, headers: dict[str, str]) -> SummaryResult:
+    async def _call(
+        self, text: str, api: str, model: str, headers: dict[str, str]
+    ) -> SummaryResult:
         ask = "Summarise this conversation:\n\n" + text
-        if self.api == "responses":  # for upstreams that serve only the Responses API
+        if api == "anthropic":
+            if self.anthropic is None:
+                raise SummarizerUnavailable("no Anthropic upstream configured")
+            return await self._call_anthropic(ask, model, headers, self.anthropic)
+        if api == "responses":  # for upstreams that serve only the Responses API
             url = f"{self.base_url}/responses"
             body: dict[str, Any] = {
                 "model": model,
@@ -171,12 +228,41 @@ class Summarizer:
             self.client, url, body, headers, self.timeout_s, SummarizerUnavailable
         )
         try:
-            summary = _output_text(data) if self.api == "responses" else _message_text(data)
+            summary = _output_text(data) if api == "responses" else _message_text(data)
             usage = data.get("usage") or {}
             tokens = int(usage.get("total_tokens", 0))
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
             raise SummarizerUnavailable("malformed summarizer answer") from exc
         if not isinstance(summary, str) or not summary.strip():
+            raise SummarizerUnavailable("empty summary")
+        return SummaryResult(summary.strip(), tokens)
+
+    async def _call_anthropic(
+        self, ask: str, model: str, headers: dict[str, str], route: AnthropicRoute
+    ) -> SummaryResult:
+        body = {
+            "model": model,
+            "max_tokens": SUMMARY_MAX_TOKENS,
+            "system": SUMMARY_PROMPT,
+            "messages": [{"role": "user", "content": ask}],
+            "temperature": 0,
+        }
+        data = await post_json(
+            self.client,
+            route.url,
+            body,
+            headers,
+            self.timeout_s,
+            SummarizerUnavailable,
+            allowed=ANTHROPIC_SIDE_CALL_HEADERS,
+        )
+        try:
+            summary = "".join(b["text"] for b in data["content"] if b.get("type") == "text")
+            usage = data.get("usage") or {}
+            tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise SummarizerUnavailable("malformed summarizer answer") from exc
+        if not summary.strip():
             raise SummarizerUnavailable("empty summary")
         return SummaryResult(summary.strip(), tokens)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import orjson
 
 from . import transports
-from .errors import ProxyError, UpstreamError, error_body
-from .settings import UpstreamSettings
+from .errors import ProxyError, UpstreamError
+from .settings import Settings, UpstreamSettings
 
 # RFC 9110 §7.6.1 connection-specific headers, plus those httpx recomputes.
 HOP_BY_HOP = frozenset(
@@ -220,6 +220,44 @@ def _bad_path() -> ProxyError:
     )
 
 
+class Provider(NamedTuple):
+    """One upstream API: where its routes go and how the operator's key is sent to it."""
+
+    name: str  # "openai" | "anthropic"
+    base_url: str
+    api_key: str  # the operator's key; "" forwards the client's
+    key_setting: str  # the setting that holds it, for error messages
+
+    def url(self, path: str, query: str = "") -> str:
+        """The upstream URL of client path `path` (under /v1/).
+
+        An OpenAI base ends in /v1 (`https://api.openai.com/v1`); Anthropic's
+        is a host (`https://api.anthropic.com`, as `ANTHROPIC_BASE_URL`
+        takes it), unless it too ends in /v1.
+        """
+        if self.name == "anthropic" and not self.base_url.rstrip("/").endswith("/v1"):
+            url = self.base_url.rstrip("/") + path
+            return f"{url}?{query}" if query else url
+        return upstream_url(self.base_url, path, query)
+
+
+def providers(settings: Settings) -> dict[str, Provider]:
+    upstream, anthropic = settings.upstream, settings.anthropic
+    return {
+        "openai": Provider("openai", upstream.base_url, upstream.api_key, "upstream.api_key"),
+        "anthropic": Provider(
+            "anthropic", anthropic.base_url, anthropic.api_key, "anthropic.api_key"
+        ),
+    }
+
+
+def provider_of(path: str, headers: Mapping[str, str]) -> str:
+    """Which upstream a pass-through request is for: Anthropic's routes and SDKs, or OpenAI."""
+    if path.startswith("/v1/messages") or "anthropic-version" in headers:
+        return "anthropic"
+    return "openai"
+
+
 def upstream_url(base_url: str, path: str, query: str = "") -> str:
     """Join the configured base (which ends in /v1) with a client path under /v1/."""
     base = base_url.rstrip("/")
@@ -231,16 +269,14 @@ def upstream_url(base_url: str, path: str, query: str = "") -> str:
 NOT_RELAYED = HOP_BY_HOP | {"server"}
 
 
-def forward_headers(
-    headers: Iterable[tuple[str, str]], settings: UpstreamSettings
-) -> dict[str, str]:
+def forward_headers(headers: Iterable[tuple[str, str]], provider: Provider) -> dict[str, str]:
     """The client's headers minus hop-by-hop and the proxy's own, with the configured key.
 
     With an operator key, no credential of the client's goes upstream, under
     whichever header it came.
     """
     out: dict[str, str] = {}
-    replaced = bool(settings.api_key)
+    replaced = bool(provider.api_key)
     for name, value in headers:
         lower = name.lower()
         if lower in HOP_BY_HOP or lower.startswith(PROXY_PREFIXES):
@@ -252,8 +288,10 @@ def forward_headers(
                 400, f"The {lower} header holds bytes outside ASCII.", code="invalid_header"
             )
         out[lower] = value
-    if replaced:
-        out["authorization"] = f"Bearer {settings.api_key}"
+    if replaced and provider.name == "anthropic":
+        out["x-api-key"] = provider.api_key
+    elif replaced:
+        out["authorization"] = f"Bearer {provider.api_key}"
     return out
 
 
@@ -266,21 +304,23 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in NOT_RELAYED}
 
 
-def refused_operator_key(settings: UpstreamSettings, status: int) -> bytes | None:
+def refused_operator_key(provider: Provider, status: int) -> bytes | None:
     """The proxy's own body for an upstream 401/403 to the operator's key, else None.
 
     The upstream's body names the key it refused (masked), which is the
     operator's, not the client's: clients learn that the proxy's
     configuration is at fault, and nothing of the key.
     """
-    if not settings.api_key or status not in (401, 403):
+    if not provider.api_key or status not in (401, 403):
         return None
-    return error_body(
-        "The upstream refused the proxy's own API key (upstream.api_key); "
+    refused = UpstreamError(
+        status,
+        f"The upstream refused the proxy's own API key ({provider.key_setting}); "
         "the proxy's operator must fix its configuration.",
         type="upstream_error",
         code="upstream_refused_proxy_key",
     )
+    return refused.body(anthropic=provider.name == "anthropic")
 
 
 def transport_error(exc: httpx.HTTPError) -> UpstreamError:
@@ -313,15 +353,18 @@ def transport_error(exc: httpx.HTTPError) -> UpstreamError:
 
 
 def bearer_token(headers: Mapping[str, str]) -> str:
-    """The client's key: `Authorization: Bearer` as OpenAI SDKs send it, or Azure's `api-key`."""
+    """The client's key: `Authorization: Bearer` as OpenAI SDKs send it, Azure's `api-key`,
+    or Anthropic's `x-api-key`."""
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return headers.get("api-key", "").strip()
+    return (headers.get("api-key") or headers.get("x-api-key") or "").strip()
 
 
-# What of a client's forwarded headers the proxy's own calls carry: whom to bill, nothing else.
+# What of a client's forwarded headers the proxy's own calls carry: whom to bill, nothing
+# else, and only the provider's own (an Anthropic key never goes to OpenAI).
 SIDE_CALL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
+ANTHROPIC_SIDE_CALL_HEADERS = ("x-api-key", "authorization", "anthropic-version")
 
 
 class SideCallFailed(Exception):
@@ -335,13 +378,14 @@ async def post_json(
     headers: Mapping[str, str],
     timeout_s: float,
     failure: type[Exception] = SideCallFailed,
+    allowed: tuple[str, ...] = SIDE_CALL_HEADERS,
 ) -> Any:
     """POST `body` as JSON and return the decoded 200 answer, or raise `failure`.
 
-    Of `headers` (the client's, as forwarded) only `SIDE_CALL_HEADERS` go.
+    Of `headers` (the client's, as forwarded) only the `allowed` go.
     The reason carries no body or header: it goes to logs, and keys must not.
     """
-    sent = {name: headers[name] for name in SIDE_CALL_HEADERS if name in headers}
+    sent = {name: headers[name] for name in allowed if name in headers}
     try:
         response = await client.post(
             url,

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import fake_responses
+from . import fake_anthropic, fake_responses
 
 Json: TypeAlias = dict[str, Any]
 SUMMARIZER_MARKER = "context-proxy summarizer"
@@ -79,6 +79,9 @@ class RecordedRequest:
 
     @property
     def is_summary(self) -> bool:
+        if self.path == "/v1/messages":
+            system = self.body.get("system") if isinstance(self.body, dict) else None
+            return SUMMARIZER_MARKER in json.dumps(system or "")
         return self.path.endswith("/chat/completions") and is_summary_request(self.body)
 
 
@@ -255,8 +258,14 @@ class FakeUpstream:
         """Bodies of the `/v1/responses` requests."""
         return [r.body for r in self.records("/v1/responses")]
 
+    def messages_requests(self) -> list[Json]:
+        """Bodies of the `/v1/messages` requests, excluding summariser calls."""
+        return [r.body for r in self.records("/v1/messages") if not r.is_summary]
+
     def summary_requests(self) -> list[Json]:
-        return [r.body for r in self.records("/v1/chat/completions") if r.is_summary]
+        """Summariser calls, whichever API they went through."""
+        paths = ("/v1/chat/completions", "/v1/messages")
+        return [r.body for r in self.requests if r.path in paths and r.is_summary]
 
     def last_chat(self) -> Json:
         return self.chat_requests()[-1]
@@ -277,6 +286,10 @@ class FakeUpstream:
             return await self.chat(raw, body)
         if route == ("POST", "/v1/responses"):
             return fake_responses.answer(body, raw, self.context_limits, self.response_ids)
+        if route == ("POST", "/v1/messages"):
+            return fake_anthropic.answer(body, raw, headers, self.context_limits)
+        if route == ("POST", "/v1/messages/count_tokens"):
+            return JSONResponse({"input_tokens": len(raw) // 4})
         if route == ("POST", "/v1/embeddings"):
             if self.embeddings_down:
                 return error_response(503, SERVER_ERROR, type_="server_error")

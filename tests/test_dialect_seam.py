@@ -44,8 +44,8 @@ class Items:
     def call_ids(self, item: Item) -> list[str]:
         return [str(item["call_id"])] if item.get("type") == "function_call" else []
 
-    def answers(self, item: Item) -> str | None:
-        return str(item["call_id"]) if item.get("type") == "function_call_output" else None
+    def answers(self, item: Item) -> tuple[str, ...]:
+        return (str(item["call_id"]),) if item.get("type") == "function_call_output" else ()
 
     def call_names(self, item: Item) -> dict[str, str]:
         if item.get("type") != "function_call":
@@ -70,7 +70,7 @@ class Items:
     def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
         return {"type": "function_call_output", "call_id": call_id, "output": text}
 
-    def cleared(self, item: Item, text: str) -> Item:
+    def cleared(self, item: Item, call_id: str, text: str) -> Item:
         return {**item, "output": text}
 
 

@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 from proxy import recall
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.dialects.chat_completions import CHAT as CHAT_ITEMS
 from proxy.messages import split_leading
 from proxy.store import SqliteStore
 from proxy.store.base import SearchHit
@@ -86,7 +87,7 @@ def test_the_block_goes_right_before_the_last_user_message_and_quotes_tool_resul
     chain = [assistant(None, tool_calls=[call("c9")]), tool("c9", "done")]
     messages = [system(), user("q1"), *chain, assistant("a"), user("museum hours?")]
     content = recall.quote([hit("museum opens at 9", 3, "tool result")], 500)
-    out = recall.inject(messages, content)
+    out = recall.inject(messages, content, CHAT_ITEMS)
     assert out[:-2] == messages[:-1] and out[-1] == messages[-1]
     assert out[-2] == {"role": "system", "content": content}
     assert content == f"{recall.HEADER}\n[turn 3, tool result] museum opens at 9"

@@ -66,11 +66,11 @@ def test_the_sdks_items_are_classified() -> None:
     ]
     call = payload["input"][3]["call_id"]
     assert kinds[:5] == [
-        (True, False, [], None, False),  # developer message
-        (False, True, [], None, False),  # user message
-        (False, False, [], None, True),  # reasoning
-        (False, False, [call], None, False),  # function_call
-        (False, False, [], call, False),  # function_call_output
+        (True, False, [], (), False),  # developer message
+        (False, True, [], (), False),  # user message
+        (False, False, [], (), True),  # reasoning
+        (False, False, [call], (), False),  # function_call
+        (False, False, [], (call,), False),  # function_call_output
     ]
     assert RESPONSES.call_names(payload["input"][3]) == {call: "lookup"}
     units = group(payload["input"][1:], dialect=RESPONSES)
@@ -102,7 +102,7 @@ def test_built_in_calls_and_their_outputs_are_one_unit(
     call: dict[str, Any], output: dict[str, Any]
 ) -> None:
     items = [{"role": "user", "content": "go"}, {"type": "reasoning", "id": "r"}, call, output]
-    assert RESPONSES.call_ids(call) == ["c"] and RESPONSES.answers(output) == "c"
+    assert RESPONSES.call_ids(call) == ["c"] and RESPONSES.answers(output) == ("c",)
     units = group(items, dialect=RESPONSES)
     assert [u.size for u in units] == [1, 3]
 
@@ -339,9 +339,9 @@ def test_the_fast_path_reads_responses_bodies_and_changes_nothing(
 
 def test_structured_outputs_are_never_cleared_and_calls_get_matching_placeholders() -> None:
     shell = {"type": "shell_call_output", "call_id": "s", "output": [{"stdout": "x" * 900}]}
-    assert RESPONSES.cleared(shell, "gone") is shell
+    assert RESPONSES.cleared(shell, "s", "gone") is shell
     text = {"type": "function_call_output", "call_id": "f", "output": "y" * 900}
-    assert RESPONSES.cleared(text, "gone")["output"] == "gone"
+    assert RESPONSES.cleared(text, "f", "gone")["output"] == "gone"
     from proxy.reduction.repair import repair
 
     dangling = [

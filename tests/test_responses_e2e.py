@@ -319,7 +319,7 @@ def test_recall_brings_a_fact_back_into_a_reduced_responses_input(
     asked = upstream.responses_requests()[-1]["input"]
     assert all(fact not in str(i.get("content")) for i in asked[:-2]), "the fact was not reduced"
     block = asked[-2]
-    assert block["role"] == "system" and fact in block["content"]
+    assert block["role"] == "developer" and fact in block["content"]
     assert int(agent.headers[-1]["x-context-recall"]) >= 1
 
 

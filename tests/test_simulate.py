@@ -241,3 +241,55 @@ def test_simulate_replays_responses_bodies(
     assert totals["summarize"] < totals["none"] and runs["summarize"].summary_calls >= 1
     assert main(["simulate", str(path), "--compare", "none,summarize", "--window", "4000"]) == 0
     assert "summarize" in capsys.readouterr().out
+
+
+def as_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """A chat history as a Messages request's system and messages (results in user messages)."""
+    system_text = " ".join(m["content"] for m in messages if m["role"] == "system")
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        if m["role"] == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": m["tool_call_id"],
+                "content": m["content"],
+            }
+            if out and out[-1]["role"] == "user" and out[-1]["content"][0]["type"] == "tool_result":
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+            continue
+        blocks: list[dict[str, Any]] = (
+            [{"type": "text", "text": m["content"]}] if m["content"] else []
+        )
+        for c in m.get("tool_calls") or []:
+            fn = c["function"]
+            use = {"type": "tool_use", "id": c["id"], "name": fn["name"]}
+            blocks.append({**use, "input": json.loads(fn["arguments"] or "{}")})
+        if out and out[-1]["role"] == m["role"]:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": m["role"], "content": blocks})
+    return system_text, out
+
+
+def test_simulate_replays_messages_bodies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = []
+    for b in load_transcript(MESSAGES):
+        system_text, messages = as_anthropic_messages(b["messages"])
+        body = {"model": "claude-x", "max_tokens": 200, "system": system_text, "messages": messages}
+        lines.append(json.dumps(body))
+    path = tmp_path / "messages.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    bodies = load_transcript(path)
+    runs = {s: replay(bodies, s, window=4000) for s in ("none", "summarize", "mask")}
+    for run in runs.values():
+        assert all(r.status == 200 for r in run.requests), [r.error for r in run.requests]
+    totals = {s: sum(r.tokens_out for r in run.requests) for s, run in runs.items()}
+    assert totals["summarize"] < totals["none"] and runs["summarize"].summary_calls >= 1
+    assert main(["simulate", str(path), "--compare", "none,summarize", "--window", "4000"]) == 0
+    assert "summarize" in capsys.readouterr().out

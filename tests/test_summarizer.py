@@ -12,6 +12,7 @@ import pytest
 from proxy.reduction.types import SummaryRequest
 from proxy.summarizer import (
     SUMMARY_PROMPT,
+    AnthropicRoute,
     CircuitBreaker,
     Summarizer,
     SummarizerUnavailable,
@@ -116,3 +117,123 @@ def test_the_breaker_opens_after_three_failures_and_half_opens_after_cooldown() 
         asyncio.run(s.summarize(request, model="m", headers={}))
     assert len(calls) == 4  # one trial call after the cooldown, which failed again
     assert breaker.open
+
+
+def recording(seen: list[httpx.Request]) -> Any:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/messages"):
+            content = [{"type": "text", "text": "SUM"}]
+            usage = {"input_tokens": 7, "output_tokens": 3}
+            return httpx.Response(200, json={"type": "message", "content": content, "usage": usage})
+        return httpx.Response(200, json={"choices": [{"message": {"content": "SUM"}}]})
+
+    return handler
+
+
+def routed(
+    seen: list[httpx.Request], api: str, openai_key: str = "", anthropic_key: str = ""
+) -> Summarizer:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(recording(seen)))
+    route = AnthropicRoute("http://claude/v1/messages", "claude-haiku", anthropic_key, "2023-06-01")
+    return Summarizer(
+        client,
+        base_url="http://up/v1",
+        model="gpt-mini",
+        timeout_s=5,
+        window_tokens=100_000,
+        api=api,
+        openai_key=openai_key,
+        anthropic=route,
+    )
+
+
+ANTHROPIC_CLIENT = {"authorization": "Bearer sk-ant-client", "anthropic-version": "2023-06-01"}
+OPENAI_CLIENT = {"authorization": "Bearer sk-openai-client"}
+
+
+@pytest.mark.parametrize(
+    ("api", "dialect", "given", "keys", "url", "sent", "absent"),
+    [
+        # auto: an Anthropic conversation through Anthropic, with the client's own key
+        (
+            "auto",
+            "anthropic",
+            ANTHROPIC_CLIENT,
+            {},
+            "http://claude/v1/messages",
+            {"authorization": "Bearer sk-ant-client"},
+            (),
+        ),
+        # auto: a chat conversation through chat, as before
+        (
+            "auto",
+            "chat",
+            OPENAI_CLIENT,
+            {},
+            "http://up/v1/chat/completions",
+            {"authorization": "Bearer sk-openai-client"},
+            ("x-api-key",),
+        ),
+        # chat for an Anthropic conversation: the Anthropic key never goes to OpenAI
+        (
+            "chat",
+            "anthropic",
+            ANTHROPIC_CLIENT,
+            {},
+            "http://up/v1/chat/completions",
+            {},
+            ("authorization", "x-api-key"),
+        ),
+        (
+            "chat",
+            "anthropic",
+            ANTHROPIC_CLIENT,
+            {"openai_key": "sk-op"},
+            "http://up/v1/chat/completions",
+            {"authorization": "Bearer sk-op"},
+            ("x-api-key",),
+        ),
+        # anthropic for a chat conversation: the OpenAI key never goes to Anthropic
+        (
+            "anthropic",
+            "chat",
+            OPENAI_CLIENT,
+            {"anthropic_key": "sk-ant-op"},
+            "http://claude/v1/messages",
+            {"x-api-key": "sk-ant-op"},
+            ("authorization",),
+        ),
+    ],
+)
+def test_each_summary_carries_only_its_providers_credentials(
+    api: str,
+    dialect: str,
+    given: dict[str, str],
+    keys: dict[str, str],
+    url: str,
+    sent: dict[str, str],
+    absent: tuple[str, ...],
+) -> None:
+    from proxy.dialects.anthropic import ANTHROPIC
+    from proxy.dialects.chat_completions import CHAT
+
+    seen: list[httpx.Request] = []
+    items = ANTHROPIC if dialect == "anthropic" else CHAT
+    request = SummaryRequest("k", (user("hello there"),), (), items)
+    summarizer = routed(seen, api, **keys)
+    result = asyncio.run(summarizer.summarize(request, model="conv-model", headers=given))
+    assert result.text == "SUM"
+    (call_,) = seen
+    assert str(call_.url) == url
+    for name, value in sent.items():
+        assert call_.headers[name] == value
+    for name in absent:
+        assert name not in call_.headers
+    body = json.loads(call_.content)
+    if url.endswith("/messages"):
+        assert body["model"] == "claude-haiku" and body["max_tokens"] > 0
+        assert call_.headers["anthropic-version"] == "2023-06-01"
+        assert body["system"] == SUMMARY_PROMPT
+    else:
+        assert body["model"] == "gpt-mini"

@@ -7,8 +7,9 @@ calls or answers one, or must travel with the item after it (reasoning and
 thinking items), and asks it to render what the core adds (a summary, a
 placeholder for a missing tool result, a cleared one). The turn pipeline
 asks a `Wire` the rest: parse a request, write the reduced history back,
-read the answer. Chat completions is the first dialect (`chat_completions.CHAT`
-and `chat_completions.CHAT_WIRE`).
+read the answer. The dialects are chat completions (`chat_completions`),
+OpenAI's Responses API (`responses`) and Anthropic's Messages API
+(`anthropic`).
 """
 
 from __future__ import annotations
@@ -48,8 +49,12 @@ class Dialect(Protocol):
         """The ids of the tool calls the item makes (none for most items)."""
         ...
 
-    def answers(self, item: Item) -> str | None:
-        """The id of the call the item is a result of; None if it is not a tool result."""
+    def answers(self, item: Item) -> Sequence[str]:
+        """The ids of the calls the item holds results of (empty: it is not a tool result).
+
+        Most wires send one result an item; Anthropic's user message holds the
+        results of every call its assistant message made.
+        """
         ...
 
     def call_names(self, item: Item) -> dict[str, str]:
@@ -81,8 +86,9 @@ class Dialect(Protocol):
         client did not send; None when no result can be made up for such a call."""
         ...
 
-    def cleared(self, item: Item, text: str) -> Item:
-        """Result `item` with its output replaced by `text`, answering the same call."""
+    def cleared(self, item: Item, call_id: str, text: str) -> Item:
+        """`item` with its result for call `call_id` replaced by `text`, answering the same
+        call; `item` itself when that result is a structure that cannot be cleared."""
         ...
 
 
@@ -124,6 +130,11 @@ class Wire(Protocol):
 
     @property
     def items(self) -> Dialect: ...
+
+    @property
+    def provider(self) -> str:
+        """Which configured upstream serves the route: "openai" or "anthropic"."""
+        ...
 
     @property
     def upstream_path(self) -> str:
@@ -169,6 +180,10 @@ class Wire(Protocol):
         ...
 
     def streams(self, payload: dict[str, Any]) -> bool: ...
+
+    def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
+        """The reduced history as the wire's rules have it sent (Anthropic's alternates)."""
+        ...
 
     def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
         """The upstream's request body with the reduced history in the payload's place."""

@@ -9,7 +9,7 @@ are read and written in `chat_request.py`, answers in `chat_answer.py`.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
@@ -36,10 +36,10 @@ class ChatCompletions:
     call_ids = staticmethod(tool_call_ids)
 
     @staticmethod
-    def answers(item: Item) -> str | None:
+    def answers(item: Item) -> tuple[str, ...]:
         if item.get("role") != "tool":
-            return None
-        return str(item.get("tool_call_id", ""))
+            return ()
+        return (str(item.get("tool_call_id", "")),)
 
     def call_names(self, item: Item) -> dict[str, str]:
         names: dict[str, str] = {}
@@ -70,45 +70,25 @@ class ChatCompletions:
     def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
         return {"role": "tool", "tool_call_id": call_id, "content": text}
 
-    def cleared(self, item: Item, text: str) -> Item:
+    def cleared(self, item: Item, call_id: str, text: str) -> Item:
         return {**item, "content": text}
 
 
 CHAT = ChatCompletions()
 
 
-class ChatCompletionsWire:
+class ChatCompletionsWire(body_checks.JsonWire):
     items = CHAT
+    provider = "openai"
     upstream_path = "/v1/chat/completions"
     history_field = "messages"
+    limit_fields = ("max_completion_tokens", "max_tokens")
+    definition_fields = ("tools", "functions", "response_format")
 
     def server_state(self, payload: dict[str, Any]) -> str | None:
         return None
 
-    def parse(
-        self,
-        body: bytes,
-        known: Callable[[dict[str, Any]], int] | None,
-        parsed: Any,
-        max_items: int,
-    ) -> dict[str, Any]:
-        return chat_request.parse(body, known, parsed, max_items)
-
-    def history(self, payload: dict[str, Any]) -> list[Item]:
-        messages: list[Item] = payload[self.history_field]
-        return messages
-
-    def reserved_output(self, payload: dict[str, Any]) -> int:
-        return chat_request.reserved_output(payload)
-
-    def definitions(self, payload: dict[str, Any]) -> list[Any]:
-        return [payload[k] for k in ("tools", "functions", "response_format") if payload.get(k)]
-
-    def streams(self, payload: dict[str, Any]) -> bool:
-        return bool(payload.get("stream"))
-
-    def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
-        return body_checks.render(body, payload, self.history_field, items)
+    parse = staticmethod(chat_request.parse)
 
     def assembler(self, limit: int) -> StreamAssembler:
         return StreamAssembler(limit=limit)

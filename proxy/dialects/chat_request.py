@@ -28,19 +28,13 @@ def parse(
     `parsed` is `body` already parsed, if it was (`known.reparse`).
     """
     payload = body_checks.json_object(body, parsed, "chat request")
-    messages = payload.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ProxyError(
-            400, "'messages' is required and must be a non-empty array.", param="messages"
-        )
-    body_checks.at_most(messages, max_messages, "messages", "messages")
-    for i in range(known(payload) if known is not None else 0, len(messages)):
-        check_message(messages[i], f"messages[{i}]")
+    body_checks.history(payload, "messages", max_messages, known, check_message)
     body_checks.flags(payload, ("max_tokens", "max_completion_tokens"))
     return payload
 
 
-def check_message(message: Any, where: str) -> None:
+def check_message(message: Any, index: int) -> None:
+    where = f"messages[{index}]"
     if not isinstance(message, dict):
         raise ProxyError(400, f"{where} must be an object.", param=where)
     role = message.get("role")
@@ -71,12 +65,3 @@ def check_message(message: Any, where: str) -> None:
             f"{where}.tool_call_id is required for tool messages.",
             param=f"{where}.tool_call_id",
         )
-
-
-def reserved_output(payload: dict[str, Any]) -> int:
-    """Tokens the request asks to keep free for the answer."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = payload.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return 0

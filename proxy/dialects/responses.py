@@ -12,7 +12,7 @@ answers in `responses_answer.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -76,9 +76,9 @@ class ResponsesItems:
     def call_ids(self, item: Item) -> list[str]:
         return [_call_id(item)] if kind(item) in CALLS else []
 
-    def answers(self, item: Item) -> str | None:
+    def answers(self, item: Item) -> tuple[str, ...]:
         key = ANSWERS.get(kind(item))
-        return None if key is None else str(item.get(key, ""))
+        return () if key is None else (str(item.get(key, "")),)
 
     def call_names(self, item: Item) -> dict[str, str]:
         found = kind(item)
@@ -117,7 +117,7 @@ class ResponsesItems:
         answer = PLACEHOLDERS.get(kind(call))
         return None if answer is None else {"type": answer, "call_id": call_id, "output": text}
 
-    def cleared(self, item: Item, text: str) -> Item:
+    def cleared(self, item: Item, call_id: str, text: str) -> Item:
         # A shell or computer call's output is a structure, not text: it stays.
         if kind(item) not in TEXT_OUTPUTS:
             return item
@@ -127,40 +127,18 @@ class ResponsesItems:
 RESPONSES = ResponsesItems()
 
 
-class ResponsesWire:
+class ResponsesWire(body_checks.JsonWire):
     items = RESPONSES
+    provider = "openai"
     upstream_path = "/v1/responses"
     history_field = "input"
+    limit_fields = ("max_output_tokens",)
+    definition_fields = ("instructions", "tools", "text")
 
     def server_state(self, payload: dict[str, Any]) -> str | None:
         return responses_request.server_state(payload)
 
-    def parse(
-        self,
-        body: bytes,
-        known: Callable[[dict[str, Any]], int] | None,
-        parsed: Any,
-        max_items: int,
-    ) -> dict[str, Any]:
-        return responses_request.parse(body, known, parsed, max_items)
-
-    def history(self, payload: dict[str, Any]) -> list[Item]:
-        items: list[Item] = payload[self.history_field]
-        return items
-
-    def reserved_output(self, payload: dict[str, Any]) -> int:
-        value = payload.get("max_output_tokens")
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    def definitions(self, payload: dict[str, Any]) -> list[Any]:
-        keys = ("instructions", "tools", "text")
-        return [payload[k] for k in keys if payload.get(k)]
-
-    def streams(self, payload: dict[str, Any]) -> bool:
-        return bool(payload.get("stream"))
-
-    def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
-        return body_checks.render(body, payload, self.history_field, items)
+    parse = staticmethod(responses_request.parse)
 
     def assembler(self, limit: int) -> ResponsesAssembler:
         return ResponsesAssembler(limit=limit)

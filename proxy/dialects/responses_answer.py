@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from ..sse import EventReader
 from . import Item
 
@@ -53,12 +51,8 @@ class ResponsesAssembler(EventReader):
         return self.done and self.broken is None and not self.too_large and bool(self.items())
 
     def event(self, data: bytes) -> None:
-        self.size += len(data)
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(event, dict):
+        event = self.json_event(data)
+        if event is None:
             return
         kind = event.get("type")
         if kind == "response.output_item.done":

@@ -36,14 +36,13 @@ def parse(
         raise ProxyError(
             400, "'input' is required: a string or a non-empty array of items.", param="input"
         )
-    body_checks.at_most(items, max_items, "input", "input items")
-    for i in range(known(payload) if known is not None else 0, len(items)):
-        check_item(items[i], f"input[{i}]")
+    body_checks.history(payload, "input", max_items, known, check_item, "input items")
     body_checks.flags(payload, ("max_output_tokens",))
     return payload
 
 
-def check_item(item: Any, where: str) -> None:
+def check_item(item: Any, index: int) -> None:
+    where = f"input[{index}]"
     if not isinstance(item, dict):
         raise ProxyError(400, f"{where} must be an object.", param=where)
     kind = item.get("type", "message")

@@ -2,7 +2,8 @@
 
 Providers reject a request in which a tool call is not followed by exactly
 its results (OpenAI's `tool_calls` and `tool` messages, the Responses API's
-`function_call` and `function_call_output`), or in which a reasoning item
+`function_call` and `function_call_output`, Anthropic's `tool_use` and the
+`tool_result` blocks of the next user message), or in which a reasoning item
 lost the call it preceded, so no strategy may ever choose single items. The
 tail is grouped once into units (a plain item, or a call together with its
 results and the opaque items before it) and every strategy selects whole
@@ -73,8 +74,8 @@ class Unit:
         return self.dialect.opens_turn(self.head)
 
     @property
-    def answers(self) -> str | None:
-        """The call this unit's head answers: set only for a result that found no call."""
+    def answers(self) -> Sequence[str]:
+        """The calls this unit's head answers: set only for a result that found no call."""
         return self.dialect.answers(self.head)
 
     def starts_with(self, prefixes: Sequence[str]) -> bool:
@@ -93,18 +94,18 @@ def _attach_results(units: list[Unit]) -> list[Unit]:
     """Fold each tool result into the call right before it, once per call id.
 
     A result separated from its call by another item, a duplicate, or one
-    whose id the call never issued stays a unit of its own: an orphan that
-    repair drops.
+    answering an id the call never issued stays a unit of its own: an orphan
+    that repair drops.
     """
     out: list[Unit] = []
     for unit in units:
         prev = out[-1] if out else None
-        answers = unit.dialect.answers(unit.messages[0]) if unit.size == 1 else None
+        answers = unit.dialect.answers(unit.messages[0]) if unit.size == 1 else ()
         if (
             prev is not None
-            and answers is not None
-            and answers in prev.call_ids
-            and answers not in answered(prev.messages, prev.dialect)
+            and answers
+            and all(a in prev.call_ids for a in answers)
+            and answered(prev.messages, prev.dialect).isdisjoint(answers)
         ):
             out[-1] = Unit.of(*prev.messages, unit.messages[0], dialect=prev.dialect)
         else:
@@ -152,7 +153,7 @@ def _attach_opaque(units: list[Unit]) -> list[Unit]:
 
 def answered(messages: Iterable[Message], dialect: Dialect) -> set[str]:
     """The call ids the results among `messages` answer."""
-    return {a for m in messages if (a := dialect.answers(m)) is not None}
+    return {a for m in messages for a in dialect.answers(m)}
 
 
 def group(

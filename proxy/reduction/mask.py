@@ -74,10 +74,10 @@ def mask_working(working: Working, policy: Policy, budget: Budget, count: Counte
         if made:
             names.update(made)
             last_call = i
-        answered = dialect.answers(item)
-        tool = names.get(answered) if answered is not None else None
-        if answered is not None and tool is not None and tool not in rules.exclude_tools:
-            results.append((i, tool, answered))
+        for answered in dialect.answers(item):
+            tool = names.get(answered)
+            if tool is not None and tool not in rules.exclude_tools:
+                results.append((i, tool, answered))
 
     out = list(tail)
     standing = _placeholders(
@@ -114,17 +114,28 @@ def _placeholders(
     tail: Sequence[Message],
     results: Sequence[tuple[int, str, str]],
     count: Counter,
-    cleared: Callable[[Message, str], Message],
+    cleared: Callable[[Message, str, str], Message],
 ) -> list[tuple[int, Message, int]]:
-    """Each result's index, its placeholder, and the tokens the placeholder frees.
+    """Each item's index, the item with its results cleared, and the tokens that frees.
 
-    A result already shorter than its placeholder stays as it is.
+    A result already shorter than its placeholder stays as it is. An item
+    holding several results (Anthropic's) names in each placeholder what
+    that result's own content took.
     """
-    out: list[tuple[int, Message, int]] = []
+    by_item: dict[int, list[tuple[str, str]]] = {}
     for i, tool, call_id in results:
-        tokens = count(tail[i])
-        short = cleared(tail[i], placeholder_text(tool, call_id, tokens))
-        freed = tokens - count(short)
+        by_item.setdefault(i, []).append((tool, call_id))
+    out: list[tuple[int, Message, int]] = []
+    for i, calls in by_item.items():
+        whole = count(tail[i])
+        short = tail[i]
+        for tool, call_id in calls:
+            size = count(short)
+            tokens = whole if len(calls) == 1 else size - count(cleared(short, call_id, ""))
+            shorter = cleared(short, call_id, placeholder_text(tool, call_id, tokens))
+            if count(shorter) < size:
+                short = shorter
+        freed = whole - count(short)
         if freed > 0:
             out.append((i, short, freed))
     return out

@@ -26,7 +26,7 @@ def drop_orphans(units: list[Unit]) -> list[Unit]:
 def _orphan(unit: Unit) -> bool:
     # Results that found their call were folded into its unit: one left alone is an orphan.
     head = unit.messages[0] if unit.size == 1 else unit.head
-    return bool(unit.forward) and unit.dialect.answers(head) is not None
+    return bool(unit.forward) and bool(unit.dialect.answers(head))
 
 
 def close_dangling(units: list[Unit]) -> list[Unit]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import conversation as conv
+from ..dialects import Dialect
+from ..dialects.chat_completions import CHAT
 from ..errors import ProxyError
 from ..messages import Message, chain_hashes, digest
 from ..store import ConvKey, StoreError
@@ -51,13 +53,16 @@ async def load(
     model: str,
     mode: str,
     resend: Resend | None,
+    dialect: Dialect = CHAT,
 ) -> Loaded:
     if mode == "append":
-        return await _append(ctx, key, messages, model)
+        return await _append(ctx, key, messages, model, dialect)
     return await _full(ctx, key, messages, model, resend)
 
 
-async def _append(ctx: AppContext, key: ConvKey, messages: list[Message], model: str) -> Loaded:
+async def _append(
+    ctx: AppContext, key: ConvKey, messages: list[Message], model: str, dialect: Dialect
+) -> Loaded:
     # An append turn the store cannot write would be lost, and one it cannot
     # read would look like an unknown conversation: both are the store's 503.
     unavailable = ProxyError(
@@ -83,7 +88,9 @@ async def _append(ctx: AppContext, key: ConvKey, messages: list[Message], model:
             param="X-Conversation-Id",
             code="conversation_not_found",
         )
-    turn = conv.reconcile_append(messages, stored.working, stored.state, stored.position + 1)
+    turn = conv.reconcile_append(
+        messages, stored.working, stored.state, stored.position + 1, dialect
+    )
     await ctx.counter.prime(model, turn.history)
     count = RequestCounts(ctx.counter, model, turn.history, None, None, 0)
     return Loaded(turn, count, False, stored.turns, None, None, stored.head)

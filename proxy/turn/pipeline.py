@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from ..context import AppContext
 from ..conversation import tenant_of
 from ..dialects import Item, Wire
+from ..dialects.anthropic import ANTHROPIC_WIRE
 from ..dialects.chat_completions import CHAT_WIRE
 from ..dialects.responses import RESPONSES_WIRE
 from ..errors import ProxyError
@@ -32,6 +34,7 @@ from ..outcome import Outcome
 from ..reduction.types import STRATEGIES, is_strategy
 from ..store import ConvKey, StoreError
 from ..upstream import bearer_token, forward_headers, refused_operator_key, response_headers
+from .count import undercount
 from .load import load
 from .recall import recall_into
 from .reduce import reduce_turn, with_kind
@@ -53,6 +56,11 @@ async def responses(request: Request) -> Response:
     return await conversation_turn(request, RESPONSES_WIRE)
 
 
+async def messages(request: Request) -> Response:
+    """`POST /v1/messages` (Anthropic)."""
+    return await conversation_turn(request, ANTHROPIC_WIRE)
+
+
 async def conversation_turn(request: Request, wire: Wire) -> Response:
     ctx: AppContext = request.state.ctx
     started = time.perf_counter()
@@ -66,7 +74,8 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode, strategy = options(ctx, given)
-    headers = forward_headers(request.headers.items(), ctx.settings.upstream)
+    provider = ctx.providers[wire.provider]
+    headers = forward_headers(request.headers.items(), provider)
     streaming = wire.streams(payload)
     if wire.server_state(payload) is not None:  # the provider holds the conversation
         chained = await continued(ctx, wire, payload, given)
@@ -85,7 +94,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
             ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key)
         )
         content = wire.render(body, payload, outcome.reduction.messages)  # forward
-        url = ctx.url_for(wire.upstream_path)
+        url = ctx.url_for(wire.upstream_path, wire.provider)
         response = await send(ctx, url, content, headers, events=streaming)
         ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
@@ -99,7 +108,9 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     limit = ctx.settings.upstream.max_answer_bytes
     if streaming and response.status_code == 200:  # relay, committing at the end
         return StreamingResponse(
-            relay(ctx, response, outcome, wire.assembler(limit), release),
+            relay(
+                ctx, response, outcome, wire.assembler(limit), release, wire.provider == "anthropic"
+            ),
             status_code=200,
             headers={**response_headers(response.headers), **outcome.headers()},
         )
@@ -120,7 +131,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     await response.aclose()
     release()
     return Response(
-        refused_operator_key(ctx.settings.upstream, response.status_code) or answer,
+        refused_operator_key(provider, response.status_code) or answer,
         status_code=response.status_code,
         headers={**response_headers(response.headers), **extra},
     )
@@ -139,7 +150,7 @@ async def plan(
 ) -> Outcome:
     """Load, reconcile and reduce the turn: what goes upstream, and what to store after."""
     model = str(payload["model"])
-    loaded = await load(ctx, key, messages, model, mode, resend)
+    loaded = await load(ctx, key, messages, model, mode, resend, wire.items)
     branch = ctx.sessions.branch(key, loaded.extends)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
@@ -148,13 +159,26 @@ async def plan(
     reduction, made, spent = await reduce_turn(
         ctx, loaded, model, reserved, strategy, headers, branch, memo, wire.items
     )
+    if wire.provider == "anthropic" and ctx.settings.anthropic.count_tokens and strategy != "none":
+        limit = ctx.budget(model, reserved).limit
+        missed = await undercount(ctx, wire, payload, reduction, defined, limit, headers)
+        if reduction.tokens_out + missed > limit:  # the estimate fell short: reduce again
+            # A reserved token takes trigger_ratio of one from the history's budget,
+            # which must lose all that was missed.
+            reserved += math.ceil(missed / ctx.settings.reduction.trigger_ratio)
+            reduction, more, tokens = await reduce_turn(
+                ctx, loaded, model, reserved, strategy, headers, branch, None, wire.items
+            )
+            made, spent = made + more, spent + tokens
     if resend is not None and loaded.digests is not None and loaded.hashes is not None:
         resend.remember(
             key, messages, loaded.digests, loaded.hashes, loaded.count, loaded.turn, reduction, memo
         )
     recalled: int | None = None
     if ctx.settings.recall.enabled:
-        reduction, recalled = await recall_into(ctx, key, reduction, model, reserved, headers)
+        reduction, recalled = await recall_into(
+            ctx, key, reduction, model, reserved, headers, wire.items
+        )
     if loaded.stateless:
         reduction = with_kind(reduction, "stateless")
     tokens_in = loaded.count.total + defined
@@ -174,6 +198,7 @@ async def plan(
         headers,
         recalled,
         branch,
+        estimated=wire.provider == "anthropic" or not ctx.counter.exact,
     )
 
 
@@ -211,8 +236,9 @@ async def as_sent(
     ctx: AppContext, wire: Wire, body: bytes, headers: dict[str, str], streaming: bool
 ) -> Response:
     """Forward the request unchanged and relay the answer; nothing is reduced or stored."""
-    response = await send(ctx, ctx.url_for(wire.upstream_path), body, headers, events=streaming)
-    refused = refused_operator_key(ctx.settings.upstream, response.status_code)
+    url = ctx.url_for(wire.upstream_path, wire.provider)
+    response = await send(ctx, url, body, headers, events=streaming)
+    refused = refused_operator_key(ctx.providers[wire.provider], response.status_code)
     if refused is not None:
         await response.aclose()
         return Response(refused, status_code=response.status_code, media_type="application/json")

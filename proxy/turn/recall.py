@@ -14,8 +14,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import recall
+from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
-from ..messages import digest, last_user_index, role, text_of
+from ..messages import digest, role, text_of
 from ..reduction.types import Reduction
 from ..store import ConvKey, StoreError
 from .sessions import Recalled
@@ -37,6 +38,7 @@ async def recall_into(
     model: str,
     reserved: int,
     headers: dict[str, str],
+    dialect: Dialect,
 ) -> tuple[Reduction, int]:
     """`reduction` with a recall block before its last user message, and how many hits it quotes.
 
@@ -44,7 +46,7 @@ async def recall_into(
     requests that follow within the same turn (tool results) repeat that
     block verbatim, so the turn's requests share their prefix.
     """
-    at = last_user_index(reduction.messages)
+    at = recall.question_index(reduction.messages, dialect)
     if at < 0:
         return reduction, 0
     room = ctx.budget(model, reserved).limit - reduction.tokens_out
@@ -57,11 +59,11 @@ async def recall_into(
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
         return reduction, 0
-    extra = ctx.counter.count_message(model, {"role": "system", "content": content})
+    extra = ctx.counter.count_message(model, dialect.summary(content))
     if extra > room:  # tool results since the turn's first request filled the budget
         return reduction, 0
     ctx.metrics.recall_hits.inc(found)
-    messages = tuple(recall.inject(reduction.messages, content))
+    messages = tuple(recall.inject(reduction.messages, content, dialect))
     return dataclasses.replace(
         reduction, messages=messages, tokens_out=reduction.tokens_out + extra
     ), found

@@ -50,6 +50,7 @@ async def relay(
     outcome: Outcome,
     assembler: Assembler,
     release: Callable[[], None],
+    anthropic: bool = False,
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's bytes as they come; commit the turn when the answer completed."""
     ctx.metrics.active_streams.inc()
@@ -67,9 +68,10 @@ async def relay(
         elif not committed:
             not_stored(outcome, assembler.broken or ("too large" if assembler.too_large else ""))
     except httpx.HTTPError as exc:
-        # Headers are gone already; end the stream with an OpenAI-style error event.
+        # Headers are gone already; end the stream with an error event in the client's shape.
         err = transport_error(exc)
-        yield b"data: " + err.body() + b"\n\n"
+        event = b"event: error\n" if anthropic else b""
+        yield event + b"data: " + err.body(anthropic) + b"\n\n"
     finally:
         ctx.metrics.active_streams.dec()
         await response.aclose()

@@ -1,0 +1,162 @@
+"""Anthropic's `/v1/messages`: its messages as the core sees them, and the route's wire.
+
+A message is an item, and its content blocks stay inside it: an assistant
+message's `tool_use` blocks are its calls (with any `thinking` blocks
+before them, signed and never touched), and the next user message's
+`tool_result` blocks answer them, so one item may answer several calls.
+A user message holding results continues the turn; one without opens a
+turn. The instructions are the request's top-level `system`, never an
+item, so what the core adds (a summary, a placeholder, a recall block) is
+a user message, and the wire merges runs of one role before sending, so
+the history alternates as Anthropic requires. Requests are read and
+written in `anthropic_request.py`, answers in `anthropic_answer.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from . import Answer, Item, anthropic_request
+from . import body as body_checks
+from .anthropic_answer import MessagesAssembler, message_from_body
+
+
+def blocks(item: Item) -> list[dict[str, Any]]:
+    """The message's content blocks (none for a string content)."""
+    content = item.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict)]
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "tool_use":
+        return f"{block.get('name', 'tool')}({orjson.dumps(block.get('input')).decode()})"
+    if kind == "tool_result":
+        return _content_text(block.get("content"))
+    return ""
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_block_text(b) for b in content if isinstance(b, dict))
+    return ""
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+class AnthropicItems:
+    name = "anthropic"
+    # An assistant message lists all its calls; thinking blocks live inside it.
+    separate_calls = False
+    opaque_items = False
+
+    def is_instruction(self, item: Item) -> bool:
+        return False  # the instructions are the request's `system`, outside the history
+
+    def opens_turn(self, item: Item) -> bool:
+        if item.get("role") != "user":
+            return False
+        return not any(b.get("type") == "tool_result" for b in blocks(item))
+
+    def call_ids(self, item: Item) -> list[str]:
+        if item.get("role") != "assistant":
+            return []
+        return [str(b.get("id", "")) for b in blocks(item) if b.get("type") == "tool_use"]
+
+    def answers(self, item: Item) -> tuple[str, ...]:
+        if item.get("role") != "user":
+            return ()
+        return tuple(
+            str(b.get("tool_use_id", "")) for b in blocks(item) if b.get("type") == "tool_result"
+        )
+
+    def call_names(self, item: Item) -> dict[str, str]:
+        if item.get("role") != "assistant":
+            return {}
+        return {
+            str(b.get("id", "")): str(b.get("name") or "tool")
+            for b in blocks(item)
+            if b.get("type") == "tool_use"
+        }
+
+    def travels_with_next(self, item: Item) -> bool:
+        return False
+
+    def holds_tools(self, items: Sequence[Item]) -> bool:
+        return any(
+            b.get("type") in ("tool_use", "tool_result") for item in items for b in blocks(item)
+        )
+
+    def text(self, item: Item) -> str:
+        return _content_text(item.get("content"))
+
+    def summary(self, text: str) -> Item:
+        return {"role": "user", "content": [_text_block(text)]}
+
+    def note(self, text: str) -> Item:
+        # A user message: merged into the next turn's, it never touches an assistant
+        # message (whose thinking blocks Anthropic checks).
+        return {"role": "user", "content": [_text_block(text)]}
+
+    def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
+        result = {"type": "tool_result", "tool_use_id": call_id, "content": text}
+        return {"role": "user", "content": [result]}
+
+    def cleared(self, item: Item, call_id: str, text: str) -> Item:
+        content = item.get("content")
+        if not isinstance(content, list):
+            return item
+        out = [
+            {**b, "content": text}
+            if isinstance(b, dict)
+            and b.get("type") == "tool_result"
+            and b.get("tool_use_id") == call_id
+            else b
+            for b in content
+        ]
+        return {**item, "content": out}
+
+
+ANTHROPIC = AnthropicItems()
+
+
+class AnthropicWire(body_checks.JsonWire):
+    items = ANTHROPIC
+    provider = "anthropic"
+    upstream_path = "/v1/messages"
+    history_field = "messages"
+    limit_fields = ("max_tokens",)
+    definition_fields = ("system", "tools", "output_format")
+
+    def server_state(self, payload: dict[str, Any]) -> str | None:
+        return "context_management" if payload.get("context_management") else None
+
+    parse = staticmethod(anthropic_request.parse)
+
+    def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
+        return anthropic_request.alternate(items)
+
+    def assembler(self, limit: int) -> MessagesAssembler:
+        return MessagesAssembler(limit=limit)
+
+    def answer(self, content: bytes) -> Answer | None:
+        try:
+            body = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            return None
+        message = message_from_body(body)
+        return None if message is None else Answer([message], None)
+
+
+ANTHROPIC_WIRE = AnthropicWire()

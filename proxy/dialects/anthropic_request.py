@@ -1,0 +1,119 @@
+"""Messages requests: the body checked into a payload, and the history made to alternate.
+
+As for the other wires, only what the proxy must understand is checked:
+the messages and the type of each content block, so that it can pair
+`tool_use` with `tool_result`. Block types it does not know (documents,
+server tools, compaction, types added later) pass as they are. `system`,
+`tools` and every other field go upstream as the client sent them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import ProxyError
+from . import Item
+from . import body as body_checks
+
+ROLES = ("user", "assistant")
+# Before a history that a reduction left starting with the assistant's message.
+OMITTED = {"role": "user", "content": [{"type": "text", "text": "[Earlier turns omitted.]"}]}
+
+
+def parse(
+    body: bytes,
+    known: Callable[[dict[str, Any]], int] | None = None,
+    parsed: Any = None,
+    max_items: int | None = None,
+) -> dict[str, Any]:
+    """The Messages request as a dict, or a 400/413 saying what is wrong."""
+    payload = body_checks.json_object(body, parsed, "Messages request")
+    body_checks.history(payload, "messages", max_items, known, check_message)
+    max_tokens = payload.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ProxyError(400, "max_tokens: a positive integer is required.", param="max_tokens")
+    system = payload.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise ProxyError(400, "system: a string or an array of text blocks.", param="system")
+    body_checks.flags(payload, ())
+    return payload
+
+
+def check_message(message: Any, index: int) -> None:
+    where = f"messages.{index}"
+    if not isinstance(message, dict):
+        raise ProxyError(400, f"{where}: a message must be an object.", param=where)
+    role = message.get("role")
+    if role not in ROLES:
+        raise ProxyError(
+            400,
+            f"{where}.role: must be 'user' or 'assistant'; got {role!r}.",
+            param=f"{where}.role",
+        )
+    content = message.get("content")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ProxyError(
+            400, f"{where}.content: a string or an array of blocks.", param=f"{where}.content"
+        )
+    for j, block in enumerate(content):
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise ProxyError(
+                400,
+                f"{where}.content.{j}: a content block must be an object with a 'type'.",
+                param=f"{where}.content.{j}",
+            )
+        kind = block["type"]
+        if kind == "tool_use" and not isinstance(block.get("id"), str):
+            raise ProxyError(
+                400, f"{where}.content.{j}.id: required for tool_use.", param=f"{where}.content.{j}"
+            )
+        if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
+            raise ProxyError(
+                400,
+                f"{where}.content.{j}.tool_use_id: required for tool_result.",
+                param=f"{where}.content.{j}",
+            )
+
+
+def alternate(items: Sequence[Item]) -> Sequence[Item]:
+    """The history with each run of one role merged into one message, as Anthropic reads it,
+    starting with a user message.
+
+    The core adds user messages (a summary, a placeholder, a recall block)
+    beside the client's. Merged, a user message's `tool_result` blocks come
+    first, as Anthropic requires, each block otherwise in its order. A
+    window that cut the history before an answer gets a short user message
+    saying so. A history that already alternates is returned as it is, the
+    same objects.
+    """
+    if items and items[0].get("role") == "assistant":
+        items = [OMITTED, *items]
+    if all(a.get("role") != b.get("role") for a, b in itertools.pairwise(items)):
+        return items
+    out: list[Item] = []
+    for item in items:
+        if out and out[-1].get("role") == item.get("role"):
+            out[-1] = merged(out[-1], item)
+        else:
+            out.append(item)
+    return out
+
+
+def merged(first: Item, second: Item) -> Item:
+    content = [*_as_blocks(first.get("content")), *_as_blocks(second.get("content"))]
+    if first.get("role") == "user":
+        results = [b for b in content if b.get("type") == "tool_result"]
+        content = results + [b for b in content if b.get("type") != "tool_result"]
+    return {**first, "content": content}
+
+
+def _as_blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, dict)]
+    return []

@@ -1,0 +1,220 @@
+"""The fake upstream's `/v1/messages`: validates a request as Anthropic does, answers
+deterministically.
+
+Checks: `x-api-key` (or a bearer token) and `anthropic-version` headers;
+`model`, a positive `max_tokens`, `system` a string or text blocks; messages
+that start with a user message and alternate; every `tool_use` answered by
+a `tool_result` at the start of the next user message, and every result
+answering a call of the message before; thinking blocks first in their
+message, with the signature this fake gave them; at most four
+`cache_control` breakpoints; the prompt and `max_tokens` within the model's
+window (`context_limits`, four characters a token). A last user message
+containing "call tool NAME" gets a thinking block and a call to NAME; a
+last tool result "Tool said: ..."; anything else "Echo: ..."; a request
+whose system is the proxy's summariser's gets "SUMMARY[...]". Streams
+carry Anthropic's event sequence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+Json = dict[str, Any]
+SUMMARIZER_MARKER = "context-proxy summarizer"
+
+
+class Invalid(Exception):
+    pass
+
+
+def error(status: int, message: str, kind: str = "invalid_request_error") -> Response:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
+def signature(thinking: str) -> str:
+    return "sig_" + hashlib.sha256(thinking.encode()).hexdigest()[:24]
+
+
+def blocks(message: Json) -> list[Json]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return content if isinstance(content, list) else []
+
+
+def text_of(message: Json) -> str:
+    parts = []
+    for b in blocks(message):
+        if b.get("type") == "text":
+            parts.append(str(b.get("text", "")))
+        elif b.get("type") == "tool_result":
+            content = b.get("content")
+            parts.append(content if isinstance(content, str) else json.dumps(content))
+    return " ".join(parts)
+
+
+def breakpoints(value: Any) -> int:
+    if isinstance(value, dict):
+        return ("cache_control" in value) + sum(breakpoints(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(breakpoints(v) for v in value)
+    return 0
+
+
+def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> list[Json]:
+    if not (headers.get("x-api-key") or headers.get("authorization")):
+        raise Invalid("x-api-key header is required")
+    if not headers.get("anthropic-version"):
+        raise Invalid("anthropic-version: header is required")
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise Invalid("model: Field required")
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise Invalid("max_tokens: Field required")
+    system = body.get("system")
+    if system is not None and not (
+        isinstance(system, str)
+        or (isinstance(system, list) and all(b.get("type") == "text" for b in system))
+    ):
+        raise Invalid("system: Input should be a valid string or a list of text blocks")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise Invalid("messages: Field required")
+    if messages[0].get("role") != "user":
+        raise Invalid('messages: first message must use the "user" role')
+    calls: list[str] = []
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if i and role == messages[i - 1].get("role"):
+            raise Invalid(f'messages.{i}: roles must alternate between "user" and "assistant"')
+        content = blocks(message)
+        results = [b.get("tool_use_id") for b in content if b.get("type") == "tool_result"]
+        if role == "user":
+            leading = [b.get("type") == "tool_result" for b in content]
+            if results and leading != sorted(leading, reverse=True):
+                raise Invalid(f"messages.{i}: tool_result blocks must come first")
+            if sorted(map(str, results)) != sorted(calls):
+                raise Invalid(
+                    f"messages.{i}: tool_use ids were found without tool_result blocks "
+                    f"immediately after: {sorted(set(calls) - set(map(str, results)))}"
+                    if set(calls) - set(map(str, results))
+                    else f"messages.{i}: unexpected tool_use_id found in tool_result blocks"
+                )
+            calls = []
+        else:
+            if calls:
+                raise Invalid(f"messages.{i}: tool_use without tool_result")
+            if results:
+                raise Invalid(f"messages.{i}: tool_result blocks belong in user messages")
+            seen_other = False
+            for b in content:
+                if b.get("type") in ("thinking", "redacted_thinking"):
+                    if seen_other:
+                        raise Invalid(f"messages.{i}: thinking blocks must come first")
+                    if b.get("type") == "thinking" and b.get("signature") != signature(
+                        str(b.get("thinking", ""))
+                    ):
+                        raise Invalid(f"messages.{i}: Invalid `signature` in `thinking` block")
+                else:
+                    seen_other = True
+            calls = [str(b.get("id")) for b in content if b.get("type") == "tool_use"]
+    if calls:
+        raise Invalid("the last message makes tool calls that no tool_result answers")
+    if breakpoints(body) > 4:
+        raise Invalid("A maximum of 4 blocks with cache_control may be provided.")
+    limit = windows.get(body["model"])
+    parts = [json.dumps(system or ""), json.dumps(messages), json.dumps(body.get("tools") or [])]
+    tokens = sum(len(p) for p in parts) // 4
+    if limit is not None and tokens + max_tokens > limit:
+        raise Invalid(f"prompt is too long: {tokens} tokens > {limit - max_tokens} maximum")
+    return messages
+
+
+def content_for(messages: list[Json], digest: str) -> tuple[list[Json], str]:
+    last = messages[-1]
+    results = [b for b in blocks(last) if b.get("type") == "tool_result"]
+    if results:
+        return [{"type": "text", "text": f"Tool said: {text_of(last)[:50]}"}], "end_turn"
+    text = text_of(last)
+    match = re.search(r"call tool\s*(\w*)", text, re.IGNORECASE)
+    if match:
+        name = match.group(1) or "lookup"
+        thought = f"The user wants {name}; I will call it ({digest[:6]})."
+        return [
+            {"type": "thinking", "thinking": thought, "signature": signature(thought)},
+            {"type": "tool_use", "id": f"toolu_{digest}", "name": name, "input": {"q": text[:60]}},
+        ], "tool_use"
+    return [{"type": "text", "text": f"Echo: {text[:200]}"}], "end_turn"
+
+
+def answer(body: Any, raw: bytes, headers: Mapping[str, str], windows: dict[str, int]) -> Response:
+    if not isinstance(body, dict):
+        return error(400, "The request body is not valid JSON.")
+    try:
+        messages = validate(body, headers, windows)
+    except Invalid as exc:
+        return error(400, str(exc))
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    if SUMMARIZER_MARKER in json.dumps(body.get("system") or ""):
+        content = [{"type": "text", "text": f"SUMMARY[{len(text_of(messages[-1]))} characters]"}]
+        stop = "end_turn"
+    else:
+        content, stop = content_for(messages, digest)
+    size = len(raw) // 4
+    final = {
+        "id": f"msg_{digest}",
+        "type": "message",
+        "role": "assistant",
+        "model": body["model"],
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": size, "output_tokens": 8},
+    }
+    if body.get("stream"):
+        return StreamingResponse(events(final), media_type="text/event-stream")
+    return JSONResponse(final)
+
+
+async def events(final: Json) -> AsyncIterator[bytes]:
+    def event(kind: str, **fields: Any) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+    start = {**final, "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": final["usage"]["input_tokens"], "output_tokens": 1}
+    yield event("message_start", message=start)
+    yield event("ping")
+    for index, block in enumerate(final["content"]):
+        kind = block["type"]
+        if kind == "text":
+            yield event(
+                "content_block_start", index=index, content_block={"type": "text", "text": ""}
+            )
+            for piece in re.findall(r"\S+\s*|\s+", block["text"]) or [""]:
+                delta = {"type": "text_delta", "text": piece}
+                yield event("content_block_delta", index=index, delta=delta)
+        elif kind == "thinking":
+            empty = {"type": "thinking", "thinking": "", "signature": ""}
+            yield event("content_block_start", index=index, content_block=empty)
+            for piece in re.findall(r"\S+\s*|\s+", block["thinking"]):
+                delta = {"type": "thinking_delta", "thinking": piece}
+                yield event("content_block_delta", index=index, delta=delta)
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+            yield event("content_block_delta", index=index, delta=delta)
+        elif kind == "tool_use":
+            yield event("content_block_start", index=index, content_block={**block, "input": {}})
+            arguments = json.dumps(block["input"])
+            for i in range(0, len(arguments), 7):
+                delta = {"type": "input_json_delta", "partial_json": arguments[i : i + 7]}
+                yield event("content_block_delta", index=index, delta=delta)
+        yield event("content_block_stop", index=index)
+    delta = {"stop_reason": final["stop_reason"], "stop_sequence": None}
+    yield event("message_delta", delta=delta, usage={"output_tokens": 8})
+    yield event("message_stop")

@@ -1,0 +1,335 @@
+"""`/v1/messages` through the real server, driven by the official `anthropic` client.
+
+The fake upstream validates requests the way Anthropic does (alternation,
+tool_use answered by tool_result, signed thinking blocks first, required
+headers and `max_tokens`, the window) and records what it was sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import orjson
+import pytest
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.tokens import TokenCounter
+
+from .fake_upstream import FakeUpstream, create_fake_upstream
+from .servers import run_server
+
+pytestmark = pytest.mark.integration
+
+MODEL = "claude-tiny"
+WINDOW = 3000
+MAX_TOKENS = 256
+SYSTEM: Any = [
+    {
+        "type": "text",
+        "text": "You are a travel assistant. Answer briefly.",
+        "cache_control": {"type": "ephemeral"},
+    }
+]
+TOOLS: Any = [
+    {
+        "name": "lookup",
+        "description": "Look up facts about a city.",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeUpstream, str]]:
+    upstream = create_fake_upstream(context_limits={MODEL: WINDOW})
+    with run_server(upstream.app) as url:
+        yield upstream, url
+
+
+def start_proxy(upstream_url: str, db: Path, **env: str) -> Any:
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url + "/v1",
+            "CONTEXT_PROXY_ANTHROPIC_BASE_URL": upstream_url,
+            "CONTEXT_PROXY_STORE_PATH": str(db),
+            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
+        },
+        overrides={"models": {"windows": {MODEL: WINDOW}}},
+    )
+    return run_server(create_app(settings))
+
+
+class App:
+    """An app on the Messages API that keeps its history and sends it whole every turn."""
+
+    def __init__(self, url: str, **headers: str) -> None:
+        self.api = anthropic.Anthropic(
+            base_url=url, api_key="sk-ant-test", max_retries=0, default_headers=headers
+        )
+        self.messages: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+
+    def send(self, content: Any, stream: bool = False) -> Any:
+        self.messages.append({"role": "user", "content": content})
+        kwargs: Any = {
+            "model": MODEL,
+            "max_tokens": MAX_TOKENS,
+            "system": SYSTEM,
+            "tools": TOOLS,
+            "messages": self.messages,
+        }
+        if stream:
+            with self.api.messages.stream(**kwargs) as events:
+                message = events.get_final_message()
+                headers = dict(events.response.headers)
+        else:
+            raw = self.api.messages.with_raw_response.create(**kwargs)
+            headers, message = dict(raw.headers), raw.parse()
+        self.headers.append(headers)
+        assert message.content
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in message.content],
+            }
+        )
+        return message
+
+    def turn(self, i: int) -> None:
+        stream = i % 4 == 1
+        if i % 5 == 3:
+            message = self.send(f"Turn {i}: please call tool lookup for city {i}.", stream=stream)
+            assert [b.type for b in message.content] == ["thinking", "tool_use"]
+            call = message.content[1]
+            output = f"City {i} has {i % 7 + 2} museums, a river walk and an old town."
+            self.send([{"type": "tool_result", "tool_use_id": call.id, "content": output}])
+        else:
+            self.send(
+                f"Turn {i}: tell me about day {i} of the trip, budget {i * 10} euros.", stream
+            )
+
+
+def prefix_share(requests: list[list[Any]]) -> float:
+    pairs = list(itertools.pairwise(requests))
+    return sum(1 for a, b in pairs if b[: len(a)] == a) / len(pairs)
+
+
+def test_150_turns_with_tools_thinking_and_streams_are_reduced_and_stay_valid(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        app = App(url)
+        with app.api:
+            for i in range(150):
+                app.turn(i)
+    sent = TokenCounter().count_messages(MODEL, app.messages)
+    assert sent > 3 * WINDOW, sent
+    records = upstream.records("/v1/messages")
+    forwarded = upstream.messages_requests()
+    assert len(forwarded) == len(app.headers) == 180  # every request answered, none rejected
+    for headers in app.headers:
+        assert int(headers["x-context-tokens-out"]) <= 0.7 * (WINDOW - MAX_TOKENS)
+        assert headers["x-context-tokens-estimated"] == "true"
+    kinds = [h["x-context-reduction"] for h in app.headers]
+    assert any("summarized" in k for k in kinds) and kinds[0] == "none"
+    histories = [r["messages"] for r in forwarded]
+    assert prefix_share(histories) >= 0.85, prefix_share(histories)
+    summarised = [r for r in upstream.requests if r.is_summary]
+    assert 1 <= len(summarised) <= 0.15 * 150
+    assert all(r.path == "/v1/messages" for r in summarised)  # through Anthropic: auto
+    assert all(r["system"] == SYSTEM for r in forwarded)  # cache_control kept, never moved
+    summaries = [h[0]["content"][0]["text"] for h in histories if isinstance(h[0]["content"], list)]
+    assert any(s.startswith("Summary of the earlier conversation:") for s in summaries)
+    for record in records:
+        # The client's key goes as it sent it (SDKs use x-api-key or a bearer token).
+        key = record.headers.get("x-api-key") or record.headers["authorization"]
+        assert key.removeprefix("Bearer ") == "sk-ant-test"
+        assert record.headers["anthropic-version"]
+
+
+def test_errors_are_in_anthropics_shape(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", server_max_body_bytes="20000") as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        with api:
+            with pytest.raises(anthropic.BadRequestError) as bad:
+                api.messages.create(
+                    model=MODEL, max_tokens=10, messages=[{"role": "tool", "content": "x"}]
+                )  # type: ignore[typeddict-item]
+            assert bad.value.body["type"] == "error"  # type: ignore[index]
+            assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+            with pytest.raises(anthropic.NotFoundError) as unknown:
+                api.messages.create(
+                    model=MODEL,
+                    max_tokens=10,
+                    messages=[{"role": "user", "content": "hi"}],
+                    extra_headers={"X-Conversation-Id": "never-seen", "X-Context-Mode": "append"},
+                )
+            assert unknown.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+            with pytest.raises(anthropic.APIStatusError) as large:
+                api.messages.create(
+                    model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "x" * 30_000}]
+                )
+            assert large.value.status_code == 413
+            assert large.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+        raw = httpx.post(url + "/v1/messages", content=b"{not json", headers={"x-api-key": "k"})
+        assert raw.status_code == 400 and orjson.loads(raw.content)["type"] == "error"
+    assert not upstream.records("/v1/messages")  # nothing bad went upstream
+
+
+def test_count_tokens_and_provider_compaction_go_through_as_sent(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        with api:
+            messages: Any = [{"role": "user", "content": "hello"}]
+            raw = api.messages.with_raw_response.create(
+                model=MODEL,
+                max_tokens=10,
+                messages=messages,
+                extra_body={
+                    "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}
+                },
+            )
+            assert raw.headers["x-context-reduction"] == "passthrough"
+            counted = api.messages.count_tokens(model=MODEL, messages=messages)
+            assert counted.input_tokens > 0
+    (sent,) = upstream.records("/v1/messages")
+    assert sent.body["context_management"] == {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    (record,) = upstream.records("/v1/messages/count_tokens")
+    key = record.headers.get("x-api-key") or record.headers["authorization"]
+    assert key.removeprefix("Bearer ") == "sk-ant-test"
+
+
+def test_an_operator_key_replaces_the_clients_and_a_refusal_names_no_key(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    env = {"anthropic_api_key": "sk-ant-operator", "auth_client_keys": "client-1"}
+    with start_proxy(upstream_url, tmp_path / "p.db", **env) as url:
+        api = anthropic.Anthropic(base_url=url, api_key="client-1", max_retries=0)
+        with api:
+            api.messages.create(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
+            with pytest.raises(anthropic.AuthenticationError) as refused:
+                anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0).messages.create(
+                    model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                )
+            assert refused.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    (sent,) = upstream.records("/v1/messages")
+    assert sent.headers["x-api-key"] == "sk-ant-operator"
+    assert "client-1" not in str(sent.headers) and "authorization" not in sent.headers
+
+
+def test_append_mode_supplies_the_stored_history_and_it_stays_valid(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    summarizer = {"anthropic_summarizer_model": "claude-haiku-4-5"}
+    with start_proxy(upstream_url, tmp_path / "p.db", **summarizer) as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        headers = {"X-Conversation-Id": "trip", "X-Context-Mode": "append"}
+        with api:
+            history: list[Any] = []
+            key = ""  # the conversation's id, from the first answer
+            for i in range(60):
+                text = f"Turn {i}: day {i}. " + "The museum opens at nine and closes at six. " * 4
+                new: list[Any] = [{"role": "user", "content": text}]
+                if i % 6 == 5:
+                    new[0]["content"] = f"Turn {i}: please call tool lookup for {i}."
+                sent = history + new if i == 0 else new
+                raw = api.messages.with_raw_response.create(
+                    model=MODEL,
+                    max_tokens=MAX_TOKENS,
+                    system=SYSTEM,
+                    messages=sent,
+                    extra_headers={} if i == 0 else headers | {"X-Conversation-Id": key},
+                )
+                key = raw.headers["x-conversation-id"]
+                message = raw.parse()
+                if message.stop_reason == "tool_use":
+                    call = message.content[1]
+                    result = {"type": "tool_result", "tool_use_id": call.id, "content": "42"}
+                    api.messages.create(
+                        model=MODEL,
+                        max_tokens=MAX_TOKENS,
+                        messages=[{"role": "user", "content": [result]}],
+                        extra_headers=headers | {"X-Conversation-Id": key},
+                    )
+            # Unreduced, the stored history (summary included) goes as Anthropic takes it;
+            # a model without a window at the fake, since nothing is cut.
+            unreduced = api.messages.with_raw_response.create(
+                model="claude-unlimited",
+                max_tokens=MAX_TOKENS,
+                messages=[{"role": "user", "content": "And now?"}],
+                extra_headers=headers | {"X-Conversation-Id": key, "X-Context-Strategy": "none"},
+            )
+            assert unreduced.status_code == 200
+    forwarded = upstream.messages_requests()
+    summaries = [r for r in upstream.requests if r.is_summary]
+    assert summaries, "past the window it is summarised"
+    assert all(r.body["model"] == "claude-haiku-4-5" for r in summaries)
+    # The stored history went upstream as Anthropic accepts it (the fake validates each).
+    assert len(forwarded) == 60 + 10 + 1
+    first = forwarded[-1]["messages"][0]["content"][0]
+    assert first["text"].startswith("SUMMARY[")  # the stored summary, as a user text block
+
+
+def test_recall_brings_a_fact_back_as_a_text_block_of_the_question(
+    fake: tuple[FakeUpstream, str], tmp_path: Path
+) -> None:
+    fact = "My passport number is X1234567 and it expires in March 2031."
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", recall_enabled="true") as url:
+        app = App(url, **{"X-Conversation-Id": "trip"})
+        with app.api:
+            for i in range(100):
+                if i == 4:
+                    app.send(fact)
+                else:
+                    app.turn(i)
+            app.send("Remind me when my passport expires?")
+    asked = upstream.messages_requests()[-1]["messages"]
+    assert fact not in str(asked[:-1]), "the fact was reduced away before the question"
+    question = asked[-1]["content"]
+    assert question[0]["type"] == "text" and fact in question[0]["text"]
+    assert question[-1] == {"type": "text", "text": "Remind me when my passport expires?"}
+    assert int(app.headers[-1]["x-context-recall"]) >= 1
+
+
+def exact(value: Any) -> int:
+    """The fake's exact count (its `count_tokens` answer): four bytes of JSON a token."""
+    return len(orjson.dumps(value)) // 4
+
+
+@pytest.mark.parametrize("count", [False, True])
+def test_count_tokens_keeps_the_exact_size_under_the_trigger(
+    fake: tuple[FakeUpstream, str], tmp_path: Path, count: bool
+) -> None:
+    upstream, upstream_url = fake
+    env = {"anthropic_count_tokens": str(count).lower()}
+    with start_proxy(upstream_url, tmp_path / "p.db", **env) as url:
+        app = App(url)
+        with app.api:
+            for i in range(60):
+                app.turn(i)
+    # The history's budget: the trigger's share of the window less the answer and the
+    # definitions (system, tools), all by the exact count.
+    limit = 0.7 * (WINDOW - MAX_TOKENS - exact(SYSTEM) - exact(TOOLS))
+    sizes = [exact(r["messages"]) for r in upstream.messages_requests()]
+    counts = upstream.records("/v1/messages/count_tokens")
+    if count:
+        # Near the trigger the proxy asked, and what it sent then fits by the exact count.
+        assert counts and max(sizes) <= limit, (len(counts), max(sizes), limit)
+    else:  # the estimate alone lets some requests pass the trigger by the exact count
+        assert not counts and max(sizes) > limit, (max(sizes), limit)
