@@ -1,4 +1,5 @@
-"""SQL helpers of the SQLite store: transactions, and the working history's rows.
+"""SQL helpers of the SQLite store: transactions, a conversation's rows read back, and the
+working history's rows.
 
 A full-history working list is described by its place in the archived chain
 or kept as rows (schema.py says when); these functions read and write it.
@@ -10,8 +11,17 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from proxy.store.base import TurnCommit, WorkingLayout, dumps
-from proxy.store.schema import WALK_CHAIN
+from proxy.store.base import (
+    ArchivedMessage,
+    Conversation,
+    ConversationSummary,
+    ConvKey,
+    TurnCommit,
+    WorkingLayout,
+    dumps,
+    loads,
+)
+from proxy.store.schema import LIST_CONVERSATIONS, SELECT_WORKING, WALK_CHAIN
 
 T = TypeVar("T")
 
@@ -22,6 +32,60 @@ MAX_ANSWER_ITEMS = 4096
 IN_CHUNK = 500
 # The newest turn's head is nearly always among the last few messages.
 FIRST_CHUNK = 8
+
+
+def live_id(db: sqlite3.Connection, key: ConvKey, cutoff: float) -> int | None:
+    """The conversation's row id, unless it is absent or idle since before `cutoff`."""
+    row = db.execute(
+        "SELECT id FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
+        (key.tenant, key.conversation, cutoff),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def conversation(db: sqlite3.Connection, key: ConvKey, cutoff: float) -> Conversation | None:
+    """The conversation's latest turn and working history, unless idle since before `cutoff`."""
+    row = db.execute(
+        "SELECT id, head, position, state, turns, created_at, updated_at, working_chain"
+        " FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
+        (key.tenant, key.conversation, cutoff),
+    ).fetchone()
+    if row is None:
+        return None
+    cid, head, position, state, turns, created_at, updated_at, described = row
+    if described is None:
+        texts = [m for (m,) in db.execute(SELECT_WORKING, (cid,))]
+    else:
+        texts = working_of_chain(db, cid, position, loads(described))
+    if None in texts:
+        raise sqlite3.DatabaseError("a working row refers to a missing archive row")
+    working = [loads(m) for m in texts]
+    return Conversation(key, head, position, loads(state), working, turns, created_at, updated_at)
+
+
+def archived_page(
+    db: sqlite3.Connection, cid: int, limit: int, offset: int
+) -> list[ArchivedMessage]:
+    found = db.execute(
+        "SELECT hash, parent, message, seq FROM messages WHERE conversation_id = ?"
+        " ORDER BY seq LIMIT ? OFFSET ?",
+        (cid, max(0, limit), max(0, offset)),
+    )
+    return [ArchivedMessage(h, parent, loads(m), seq) for h, parent, m, seq in found]
+
+
+def listing(
+    db: sqlite3.Connection, tenant: str | None, cutoff: float, limit: int, offset: int
+) -> list[ConversationSummary]:
+    """Live conversations, the most recently updated first (of one tenant, or all)."""
+    where = "WHERE c.updated_at >= ?" + ("" if tenant is None else " AND c.tenant = ?")
+    sql = f"{LIST_CONVERSATIONS} {where} ORDER BY c.updated_at DESC, c.id DESC LIMIT ? OFFSET ?"
+    params: tuple[Any, ...] = (cutoff,) + (() if tenant is None else (tenant,))
+    found = db.execute(sql, (*params, max(0, limit), max(0, offset)))
+    return [
+        ConversationSummary(ConvKey(t, c), turns, pos, count, created, updated)
+        for t, c, turns, pos, created, updated, count in found
+    ]
 
 
 def chunks(n: int) -> list[tuple[int, int]]:

@@ -34,10 +34,8 @@ from proxy.store.base import (
 from proxy.store.schema import (
     DATA_VERSION,
     DELETE_IDLE,
-    LIST_CONVERSATIONS,
     LIVE_POSITION,
     SELECT_SNAPSHOTS,
-    SELECT_WORKING,
     migrate,
 )
 from proxy.store.schema import check as check_schema
@@ -192,14 +190,6 @@ class SqliteStore(search.Searchable):
         if self._ttl_s > 0:
             rows.write(db, lambda: db.execute(DELETE_IDLE, (self._cutoff(),)))
 
-    def _live_id(self, db: sqlite3.Connection, key: ConvKey) -> int | None:
-        row = db.execute(
-            "SELECT id FROM conversations"
-            " WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
-            (key.tenant, key.conversation, self._cutoff()),
-        ).fetchone()
-        return None if row is None else int(row[0])
-
     async def commit(self, turn: TurnCommit, *, wait: bool = True) -> asyncio.Future[Any] | None:
         """Write a turn; with `wait=False`, return once it is queued (see `Store.commit`).
 
@@ -227,7 +217,7 @@ class SqliteStore(search.Searchable):
                 now=self._now(),
                 max_snapshots=self._max_snapshots,
             )
-            if self._writer.here is not None:  # `_recent` is the loop thread's
+            if db is self._writer.here:  # `_recent` is the loop thread's
                 recent = self._recent.get(key)
                 if recent is not None:
                     recent.row = row
@@ -381,41 +371,15 @@ class SqliteStore(search.Searchable):
         self._unchanged_now = False
 
     async def latest(self, key: ConvKey) -> Conversation | None:
-        def job(db: sqlite3.Connection) -> Conversation | None:
-            row = db.execute(
-                "SELECT id, head, position, state, turns, created_at, updated_at, working_chain"
-                " FROM conversations WHERE tenant = ? AND conversation = ? AND updated_at >= ?",
-                (key.tenant, key.conversation, self._cutoff()),
-            ).fetchone()
-            if row is None:
-                return None
-            cid, head, position, state, turns, created_at, updated_at, described = row
-            if described is None:
-                texts = [m for (m,) in db.execute(SELECT_WORKING, (cid,))]
-            else:
-                texts = rows.working_of_chain(db, cid, position, loads(described))
-            if None in texts:
-                raise sqlite3.DatabaseError("a working row refers to a missing archive row")
-            working = [loads(m) for m in texts]
-            return Conversation(
-                key, head, position, loads(state), working, turns, created_at, updated_at
-            )
-
-        return await self._run(lambda db: rows.read(db, lambda: job(db)))
+        cutoff = self._cutoff()
+        return await self._run(lambda db: rows.read(db, lambda: rows.conversation(db, key, cutoff)))
 
     async def archive(
         self, key: ConvKey, *, limit: int = 1000, offset: int = 0
     ) -> list[ArchivedMessage]:
         def job(db: sqlite3.Connection) -> list[ArchivedMessage]:
-            cid = self._live_id(db, key)
-            if cid is None:
-                return []
-            rows = db.execute(
-                "SELECT hash, parent, message, seq FROM messages WHERE conversation_id = ?"
-                " ORDER BY seq LIMIT ? OFFSET ?",
-                (cid, max(0, limit), max(0, offset)),
-            )
-            return [ArchivedMessage(h, parent, loads(m), seq) for h, parent, m, seq in rows]
+            cid = rows.live_id(db, key, self._cutoff())
+            return [] if cid is None else rows.archived_page(db, cid, limit, offset)
 
         return await self._run(lambda db: rows.read(db, lambda: job(db)))
 
@@ -423,16 +387,16 @@ class SqliteStore(search.Searchable):
         self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T
     ) -> T:
         def job(db: sqlite3.Connection) -> T:
-            cid = self._live_id(db, key)
+            cid = rows.live_id(db, key, self._cutoff())
             if cid is None:
                 return none
             last, _ = search.progress(db, cid)
-            rows = db.execute(
+            new = db.execute(
                 "SELECT seq, hash, message FROM messages WHERE conversation_id = ? AND seq > ?"
                 " ORDER BY seq",
                 (cid, last),
             ).fetchall()
-            search.add(db, cid, [(seq, h, loads(m)) for seq, h, m in rows])
+            search.add(db, cid, [(seq, h, loads(m)) for seq, h, m in new])
             return op(db, cid)
 
         return await self._run(lambda db: rows.write(db, lambda: job(db)))
@@ -442,7 +406,7 @@ class SqliteStore(search.Searchable):
             raise StoreError("the SQLite store is open read-only")
 
         def job(db: sqlite3.Connection) -> bool:
-            existed = self._live_id(db, key) is not None
+            existed = rows.live_id(db, key, self._cutoff()) is not None
             db.execute(
                 "DELETE FROM conversations WHERE tenant = ? AND conversation = ?",
                 (key.tenant, key.conversation),
@@ -459,21 +423,20 @@ class SqliteStore(search.Searchable):
     async def list_conversations(
         self, tenant: str | None, *, limit: int = 50, offset: int = 0
     ) -> list[ConversationSummary]:
-        where = "WHERE c.updated_at >= ?" + ("" if tenant is None else " AND c.tenant = ?")
-        sql = f"{LIST_CONVERSATIONS} {where} ORDER BY c.updated_at DESC, c.id DESC LIMIT ? OFFSET ?"
-
-        def job(db: sqlite3.Connection) -> list[ConversationSummary]:
-            params: tuple[Any, ...] = (self._cutoff(),) + (() if tenant is None else (tenant,))
-            rows = db.execute(sql, (*params, max(0, limit), max(0, offset)))
-            return [
-                ConversationSummary(ConvKey(t, c), turns, pos, count, created, updated)
-                for t, c, turns, pos, created, updated, count in rows
-            ]
-
-        return await self._run(job)
+        return await self._run(lambda db: rows.listing(db, tenant, self._cutoff(), limit, offset))
 
     async def ping(self) -> None:
-        await self._run(lambda db: db.execute("SELECT 1").fetchone())
+        """Whether the file answers and takes writes; it never waits for queued turns, so a
+        health check stays quick while a large turn is being written."""
+        if self._reader is None:  # an in-memory database exists on the worker's connection only
+            await self._run(lambda db: db.execute("SELECT 1").fetchone())
+        elif self._closed:
+            raise StoreError("the SQLite store is closed")
+        else:
+            try:
+                self._reader.execute("SELECT 1").fetchone()
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite: {exc}") from exc
         problem = self.problem()
         if problem is not None:
             raise StoreError(problem)

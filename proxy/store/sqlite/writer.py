@@ -29,7 +29,8 @@ from . import rows
 T = TypeVar("T")
 log = logging.getLogger("context_proxy.store")
 
-# Text a group written from the loop holds at most (one turn may exceed it).
+# Text a group written from the loop holds at most; a turn with more is written alone,
+# on the worker, so that the loop goes on serving meanwhile.
 GROUP_BYTES = 1 << 20
 # While another connection holds the write lock, the loop tries again this often.
 LOCK_RETRY_S = 0.005
@@ -87,6 +88,7 @@ class Writer:
         self._queue: list[_Job] = []
         self._queue_lock = threading.Lock()  # the worker takes the queue from its thread
         self._locked_since: float | None = None  # the loop's groups wait for another's lock
+        self._away = False  # a large job runs on the worker: the loop's groups wait for it
         self._closed = False
 
     def submit(self, job: Callable[[sqlite3.Connection], T], *, size: int) -> asyncio.Future[T]:
@@ -127,10 +129,14 @@ class Writer:
         loop connection, so the queue's lock is not needed here.
         """
         db = self.here
+        if self._away or not self._queue:
+            return  # the large job's end drains the rest, in order
+        if self._queue[0].size > GROUP_BYTES and not self._closed:
+            self._away = True
+            self._executor.submit(self._drain_one, loop, self._queue.pop(0))
+            return
         jobs = _first_bytes(self._queue, GROUP_BYTES)
         del self._queue[: len(jobs)]
-        if not jobs:
-            return
         if db is None or self._closed:
             _settle(jobs, [(False, sqlite3.ProgrammingError("the store is closed"))] * len(jobs))
             return
@@ -153,6 +159,34 @@ class Writer:
             self._locked_since = None
             _settle(jobs, self._run_group(db, jobs, here=True))
         if self._queue:  # the rest after the loop has served others
+            loop.call_soon(self._drain_here, loop)
+
+    def _drain_one(self, loop: asyncio.AbstractEventLoop, job: _Job) -> None:
+        """On the worker thread: a job too large for the loop, alone in its transaction.
+
+        SQLite works without the GIL, and Python's own steps give it up every
+        few milliseconds, so the loop goes on serving while it runs. Its commit
+        moves the loop connection's data version, so the store forgets what it
+        remembers of the file before the loop's next group.
+        """
+        db = self._worker()
+        try:
+            if db is None:
+                raise sqlite3.ProgrammingError("the SQLite store is closed")
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            results: list[tuple[bool, Any]] = [(False, exc)]
+        else:
+            results = self._run_group(db, [job], here=False)
+        with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
+            loop.call_soon_threadsafe(self._back, loop, job, results)
+
+    def _back(
+        self, loop: asyncio.AbstractEventLoop, job: _Job, results: list[tuple[bool, Any]]
+    ) -> None:
+        self._away = False
+        _settle([job], results)
+        if self._queue:
             loop.call_soon(self._drain_here, loop)
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
