@@ -160,20 +160,20 @@ def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) 
     specific = {w for w, p in seen.items() if len(p) <= rare and not w.isdigit()}
     if not specific:
         return []
-    weight, need, need_specific = sum(idf.values()), min(2, len(seen)), min(2, len(specific))
+    # Everyday words the question shares need not be in a hit: a statement rarely
+    # repeats the question's framing ("How old is ...") around its specific word.
+    weight, need_specific = sum(idf.values()), min(2, len(specific))
     carried: defaultdict[int, float] = defaultdict(float)
-    matched: Counter[int] = Counter()
     matched_specific: Counter[int] = Counter()
     for w, rowids in seen.items():
         for rowid in rowids:
             carried[rowid] += idf[w]
-            matched[rowid] += 1
             if w in specific:
                 matched_specific[rowid] += 1
     eligible = [
         r
         for r, n in matched_specific.items()
-        if n >= need_specific and matched[r] >= need and carried[r] >= MATCHED_SHARE * weight
+        if n >= need_specific and carried[r] >= MATCHED_SHARE * weight
     ]
     if not eligible:
         return []

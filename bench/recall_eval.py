@@ -1,0 +1,184 @@
+"""`python -m bench.recall_eval [FILE]`: how often recall brings a question's evidence to the model.
+
+Each conversation is replayed through the real proxy (in process, its
+upstream a mock that answers and summarises, a SQLite store), one
+full-history request per answer, as the app sent them; then each question is
+asked at the end of the whole conversation, each on a copy of the store as the
+replay left it, so no question sees another. A question's evidence reached the model when the words
+its answer needs are in what was forwarded (the verbatim window or the recall
+block). Without FILE the development set (`bench.recall_set`) is used; FILE
+holds one conversation a line, as `Conversation.as_json` writes it.
+
+Reported per configuration: questions with their evidence forwarded, tokens
+forwarded against the whole history, and false recalls (a recall block for a
+question nothing in the conversation answers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from proxy.app import create_app
+from proxy.config import load_settings
+from proxy.mock_upstream import mock_summary, offline_counter
+from proxy.settings import Settings
+
+from .recall_set import Conversation, Question, dev_set
+
+MODEL = "recall-eval"
+SUMMARIZER = "context-proxy summarizer"
+
+
+@dataclass
+class Score:
+    name: str
+    answerable: int = 0
+    found: int = 0
+    unanswerable: int = 0
+    false_recalls: int = 0
+    shares: list[float] | None = None
+
+    @property
+    def found_share(self) -> float:
+        return self.found / self.answerable if self.answerable else 0.0
+
+    @property
+    def tokens_share(self) -> float:
+        return statistics.mean(self.shares) if self.shares else 0.0
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
+            f"({self.found}/{self.answerable})  tokens forwarded {self.tokens_share:6.1%}  "
+            f"false recalls {self.false_recalls}/{self.unanswerable}"
+        )
+
+
+class Upstream:
+    """Answers every chat request with a short reply, and summaries with the mock's."""
+
+    def __init__(self) -> None:
+        self.last: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        messages = body["messages"]
+        if messages and SUMMARIZER in str(messages[0].get("content", "")):
+            text = mock_summary(messages)
+        else:
+            self.last = messages
+            text = "ok"
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+        return httpx.Response(200, json={"choices": [{**choice, "finish_reason": "stop"}]})
+
+
+def evaluate(
+    conversations: Sequence[Conversation],
+    name: str,
+    *,
+    window: int = 4000,
+    recall: bool = True,
+    k: int = 5,
+    max_tokens: int = 1200,
+) -> Score:
+    from starlette.testclient import TestClient
+
+    score = Score(name, shares=[])
+    with tempfile.TemporaryDirectory(prefix="recall-eval-") as tmp:
+        for number, convo in enumerate(conversations):
+            replayed = Path(tmp) / f"c{number}.db"
+            headers = {"authorization": "Bearer sk-eval", "x-conversation-id": f"c{number}"}
+            upstream = Upstream()
+            settings = _settings(replayed, window, recall, k, max_tokens)
+            with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
+                for i, message in enumerate(convo.messages):
+                    if message["role"] == "assistant":
+                        _send(client, convo.messages[:i], headers)
+            for j, question in enumerate(convo.questions):
+                copy = Path(tmp) / f"c{number}-q{j}.db"
+                shutil.copyfile(replayed, copy)
+                settings = _settings(copy, window, recall, k, max_tokens)
+                with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
+                    asked = [*convo.messages, {"role": "user", "content": question.text}]
+                    response = _send(client, asked, headers)
+                _score(score, question, upstream.last, response)
+    return score
+
+
+def _settings(path: Path, window: int, recall: bool, k: int, max_tokens: int) -> Settings:
+    return load_settings(
+        None,
+        env={},
+        overrides={
+            "upstream": {"base_url": "http://upstream.invalid/v1"},
+            "store": {"backend": "sqlite", "path": str(path)},
+            "reduction": {"strategy": "summarize"},
+            "recall": {"enabled": recall, "k": k, "max_tokens": max_tokens},
+            "models": {"windows": {MODEL: window}},
+        },
+    )
+
+
+def _app(settings: Settings, upstream: Upstream) -> Any:
+    return create_app(settings, transport=httpx.MockTransport(upstream), counter=offline_counter())
+
+
+def _send(client: Any, messages: list[dict[str, str]], headers: dict[str, str]) -> httpx.Response:
+    body = {"model": MODEL, "messages": messages}
+    response: httpx.Response = client.post("/v1/chat/completions", json=body, headers=headers)
+    return response
+
+
+def _score(
+    score: Score, question: Question, forwarded: list[dict[str, Any]], response: httpx.Response
+) -> None:
+    recalled = int(response.headers.get("x-context-recall", "0"))
+    if not question.evidence:
+        score.unanswerable += 1
+        score.false_recalls += recalled > 0
+        return
+    score.answerable += 1
+    seen = " ".join(str(m.get("content", "")) for m in forwarded[:-1])
+    score.found += all(word in seen for word in question.answer)
+    tokens_in = int(response.headers["x-context-tokens-in"])
+    assert score.shares is not None
+    score.shares.append(int(response.headers["x-context-tokens-out"]) / tokens_in)
+
+
+def load(path: str) -> list[Conversation]:
+    out: list[Conversation] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                data = json.loads(line)
+                questions = [
+                    Question(q["text"], q["evidence"], tuple(q.get("answer", ())))
+                    for q in data["questions"]
+                ]
+                out.append(Conversation(data["messages"], questions))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.recall_eval", description=__doc__)
+    parser.add_argument("file", nargs="?", help="conversations, one JSON a line")
+    parser.add_argument("--window", type=int, default=4000)
+    args = parser.parse_args(argv)
+    conversations = load(args.file) if args.file else dev_set()
+    print(evaluate(conversations, "window only", window=args.window, recall=False).line())
+    print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
