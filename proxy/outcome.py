@@ -42,6 +42,7 @@ class Outcome:
     branch: Branch | None = field(default=None, compare=False)
     # The token counts are an estimate: the model's own tokenizer is not available offline.
     estimated: bool = False
+    provider: str = "openai"  # which upstream the turn went to (its headers are that one's)
 
     def headers(self) -> dict[str, str]:
         found = {

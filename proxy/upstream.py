@@ -38,6 +38,7 @@ HOP_BY_HOP = frozenset(
 PROXY_PREFIXES = ("x-conversation-id", "x-context-")
 # Headers that carry a client's credential (OpenAI's, Azure's, Anthropic's).
 CREDENTIALS = frozenset({"authorization", "api-key", "x-api-key"})
+FOREIGN_CREDENTIALS = {"openai": frozenset({"x-api-key"}), "anthropic": frozenset({"api-key"})}
 
 
 class _NoCookies(httpx.Cookies):
@@ -241,6 +242,14 @@ class Provider(NamedTuple):
         return upstream_url(self.base_url, path, query)
 
 
+def openai_side(headers: dict[str, str], provider: str, api_key: str) -> dict[str, str]:
+    """Headers for a call to the OpenAI upstream (embeddings) made for a request to `provider`:
+    an Anthropic request's credentials never go there, the operator's OpenAI key may."""
+    if provider == "openai":
+        return headers
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 def providers(settings: Settings) -> dict[str, Provider]:
     upstream, anthropic = settings.upstream, settings.anthropic
     return {
@@ -277,11 +286,13 @@ def forward_headers(headers: Iterable[tuple[str, str]], provider: Provider) -> d
     """
     out: dict[str, str] = {}
     replaced = bool(provider.api_key)
+    # A credential only the other provider takes never goes to this one.
+    foreign = FOREIGN_CREDENTIALS[provider.name]
     for name, value in headers:
         lower = name.lower()
         if lower in HOP_BY_HOP or lower.startswith(PROXY_PREFIXES):
             continue
-        if replaced and lower in CREDENTIALS:
+        if lower in CREDENTIALS and (replaced or lower in foreign):
             continue
         if not value.isascii():  # HTTP clients send ASCII header values only
             raise ProxyError(

@@ -154,3 +154,35 @@ def test_a_refused_operator_key_is_the_proxys_own_message(router: respx.MockRout
     assert counted.status_code == 401 and "sk-ant-op" not in counted.text
     assert count.calls.last.request.headers["x-api-key"] == "sk-ant-operator"
     assert "sk-ant-client" not in str(count.calls.last.request.headers)
+
+
+def test_a_credential_of_one_provider_never_goes_to_the_other() -> None:
+    from proxy.upstream import Provider, forward_headers, openai_side
+
+    openai = Provider("openai", "https://api.openai.com/v1", "", "upstream.api_key")
+    anthropic = Provider("anthropic", ANTHROPIC, "", "anthropic.api_key")
+    sent = [("authorization", "Bearer sk-a"), ("x-api-key", "sk-ant-b"), ("api-key", "az-c")]
+    assert forward_headers(sent, openai) == {"authorization": "Bearer sk-a", "api-key": "az-c"}
+    assert forward_headers(sent, anthropic) == {
+        "authorization": "Bearer sk-a",
+        "x-api-key": "sk-ant-b",
+    }
+    # Embeddings for an Anthropic conversation: the OpenAI operator key, or nothing.
+    assert openai_side({"authorization": "Bearer sk-ant-oat"}, "anthropic", "") == {}
+    assert openai_side({"authorization": "Bearer x"}, "anthropic", "sk-op") == {
+        "authorization": "Bearer sk-op"
+    }
+
+
+def test_conversations_that_differ_only_in_system_are_two(router: respx.MockRouter) -> None:
+    test, _ = client(Fresh(router))
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "x"}]}
+    with test:
+        router.post("/v1/messages").respond(200, json=answer)
+        ids = {
+            test.post("/v1/messages", json={**BODY, "system": s}, headers=KEY).headers[
+                "x-conversation-id"
+            ]
+            for s in ("You are a pirate.", "You are a lawyer.", "You are a pirate.")
+        }
+    assert len(ids) == 2

@@ -88,3 +88,37 @@ def test_the_health_ping_never_waits_for_the_worker(tmp_path: Path) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_large_job_that_fails_on_the_worker_settles_and_the_loop_writes_on(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "w.db")
+    setup = connections.writer(path, 5.0)
+    setup.execute("CREATE TABLE t (n INTEGER)")
+    executor = ThreadPoolExecutor(max_workers=1)
+    hooks = Hooks()
+
+    def broken() -> sqlite3.Connection:
+        raise RuntimeError("the worker's connection is gone")
+
+    def insert(n: int) -> object:
+        def run(db: sqlite3.Connection) -> int:
+            db.execute("INSERT INTO t VALUES (?)", (n,))
+            return n
+
+        return run
+
+    async def main() -> tuple[BaseException | None, int]:
+        writer = Writer(path, connections.writer(path, 0.0), broken, executor, 5.0, hooks)
+        large = writer.submit(insert(1), size=GROUP_BYTES + 1)  # type: ignore[arg-type]
+        small = writer.submit(insert(2), size=10)  # type: ignore[arg-type]
+        done = await asyncio.wait_for(asyncio.gather(large, small, return_exceptions=True), 5)
+        writer.close()
+        return (done[0] if isinstance(done[0], BaseException) else None), int(done[1])
+
+    error, written = asyncio.run(main())
+    assert isinstance(error, RuntimeError) and written == 2
+    assert [n for (n,) in setup.execute("SELECT n FROM t")] == [2]
+    executor.shutdown()
+    setup.close()

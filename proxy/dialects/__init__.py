@@ -167,6 +167,11 @@ class Wire(Protocol):
         """
         ...
 
+    def opening(self, payload: dict[str, Any]) -> list[Item]:
+        """The items a derived conversation id is made from: the history, and the
+        instructions where the wire keeps them outside it."""
+        ...
+
     def history(self, payload: dict[str, Any]) -> list[Item]:
         """The payload's items, the same objects (kept items are forwarded as they are)."""
         ...

@@ -144,6 +144,13 @@ class AnthropicWire(body_checks.JsonWire):
 
     parse = staticmethod(anthropic_request.parse)
 
+    def opening(self, payload: dict[str, Any]) -> list[Item]:
+        # The instructions live in `system`: two apps that differ only there are two
+        # conversations.
+        system = payload.get("system")
+        instructions = [{"role": "system", "content": system}] if system else []
+        return [*instructions, *self.history(payload)]
+
     def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
         return anthropic_request.alternate(items)
 

@@ -109,6 +109,11 @@ class JsonWire:
         items: list[Any] = payload[self.history_field]
         return items
 
+    def opening(self, payload: dict[str, Any]) -> list[Any]:
+        """The items a conversation's derived id is made from (its instructions and first
+        message are among them)."""
+        return self.history(payload)
+
     def reserved_output(self, payload: dict[str, Any]) -> int:
         for key in self.limit_fields:
             value = payload.get(key)

@@ -14,7 +14,7 @@ messages too malformed to derive an id from) means "nothing known".
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import conversation as conv
@@ -48,9 +48,12 @@ class Resend:
         *,
         enabled: bool = True,
         field: str = "messages",
+        opening: Callable[[dict[str, Any]], list[Message]] | None = None,
     ) -> None:
         self.sessions = sessions
         self.field = field  # the payload's key that holds the history
+        # What a derived conversation id is made from (the wire's `opening`).
+        self.opening = opening or (lambda payload: payload[field])
         self.body = body
         self.tenant = conv.tenant_of(bearer_token(headers))
         self.header = headers.get("x-conversation-id")
@@ -100,7 +103,7 @@ class Resend:
             payload = reparse(self.body, known, self.field)
             if known is None or payload is None:
                 continue
-            if self._identify(payload[self.field]) != key:
+            if self._identify(self.opening(payload)) != key:
                 return None
             self.key, self.known, self.count = key, known, len(known.messages)
             self.bounds = locate(self.body, payload, known, self.field)
@@ -116,7 +119,7 @@ class Resend:
         if not self.active:
             return 0
         messages: list[Message] = payload[self.field]
-        self.key = self._identify(messages)
+        self.key = self._identify(self.opening(payload))
         if self.key is None:
             return 0
         self.known = self.sessions.known(self.key)

@@ -17,6 +17,7 @@ from ..embeddings import Embedder, embed_pending
 from ..reduction.types import ReductionState, SummaryRequest
 from ..store import ConvKey, StoreError
 from ..summarizer import SummarizerUnavailable
+from ..upstream import openai_side
 from .sessions import Branch
 
 if TYPE_CHECKING:
@@ -107,9 +108,10 @@ def embed_next(ctx: AppContext, outcome: Outcome) -> None:
 
 async def _embed(ctx: AppContext, embedder: Embedder, outcome: Outcome) -> None:
     try:
-        done, failed = await embed_pending(
-            embedder, ctx.store, outcome.key, outcome.upstream_headers
+        headers = openai_side(
+            dict(outcome.upstream_headers), outcome.provider, ctx.settings.upstream.api_key
         )
+        done, failed = await embed_pending(embedder, ctx.store, outcome.key, headers)
     except StoreError as exc:
         ctx.metrics.store_errors.labels("embeddings").inc()
         log.info("could not store embeddings of %s: %s", outcome.key.conversation, exc)

@@ -69,7 +69,14 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     check_content_type(given.get("content-type"))
     server = ctx.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
-    resend = Resend(ctx.sessions, given, body, enabled=server.fast_path, field=wire.history_field)
+    resend = Resend(
+        ctx.sessions,
+        given,
+        body,
+        enabled=server.fast_path,
+        field=wire.history_field,
+        opening=wire.opening,
+    )
     payload = wire.parse(body, resend, resend.reparse(), server.max_messages)
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
@@ -84,7 +91,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
         mode = "append"
     messages = wire.history(payload)
-    key = resend.conversation(messages)  # identify
+    key = resend.conversation(wire.opening(payload))  # identify
     # Append-mode turns of one conversation apply in arrival order.
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
@@ -199,6 +206,7 @@ async def plan(
         recalled,
         branch,
         estimated=wire.provider == "anthropic" or not ctx.counter.exact,
+        provider=wire.provider,
     )
 
 

@@ -19,6 +19,7 @@ from ..embeddings import EmbeddingsUnavailable
 from ..messages import digest, role, text_of
 from ..reduction.types import Reduction
 from ..store import ConvKey, StoreError
+from ..upstream import openai_side
 from .sessions import Recalled
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ async def recall_into(
     if at < len(reduction.messages) - 1 and cached is not None and cached.question == asked:
         content, found = cached.block, cached.hits
     else:
-        content, found = await _search(ctx, key, reduction, at, model, headers, room)
+        # The question's embedding is asked of the OpenAI upstream, with its credentials.
+        provider = "anthropic" if dialect.name == "anthropic" else "openai"
+        side = openai_side(headers, provider, ctx.settings.upstream.api_key)
+        content, found = await _search(ctx, key, reduction, at, model, side, room)
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
         return reduction, 0

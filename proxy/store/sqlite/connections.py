@@ -11,6 +11,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from proxy.store.base import StoreError
 from proxy.store.schema import pending
 
 # After a checkpoint resets it, the WAL file is truncated to this size.
@@ -81,6 +82,14 @@ def _connect(path: str, busy_timeout_s: float) -> sqlite3.Connection:
     return sqlite3.connect(
         path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
     )
+
+
+def ping(db: sqlite3.Connection) -> None:
+    """Whether the file answers on `db`, as a `StoreError` when it does not."""
+    try:
+        db.execute("SELECT 1").fetchone()
+    except sqlite3.Error as exc:
+        raise StoreError(f"SQLite: {exc}") from exc
 
 
 def identity(path: str) -> tuple[int, int]:

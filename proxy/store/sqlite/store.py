@@ -148,9 +148,8 @@ class SqliteStore(search.Searchable):
 
     # What the store does around its writer's groups (`writer.GroupHooks`).
     def group_begins(self, version: int) -> None:
-        """What the process remembers of the file (`_recent`) is forgotten before any job uses
-        it if anyone else committed since this process's last group; it then reads the same
-        until someone else commits (a connection's own commits leave it alone)."""
+        """`_recent` is forgotten before any job uses it if someone else committed since
+        this process's last group (a connection's own commits leave the version alone)."""
         if version != self._version:
             self._recent.clear()
             self._version = version
@@ -163,8 +162,7 @@ class SqliteStore(search.Searchable):
     def group_written(self, jobs: int, size: int) -> None:
         if self._checkpoints is not None:
             self._checkpoints.after_write(jobs * PAGES_PER_JOB + size // 4096)
-        if self._now() - self._last_sweep >= self._sweep_interval_s:
-            # The turns are committed already; a failed sweep is retried next time.
+        if self._now() - self._last_sweep >= self._sweep_interval_s:  # a failed one retries
             self._last_sweep = self._now()
             with contextlib.suppress(RuntimeError):  # shut down meanwhile
                 self._executor.submit(self._sweep_quietly)
@@ -207,8 +205,11 @@ class SqliteStore(search.Searchable):
         remembered = self._remember(key, snap.head, cached)
 
         def job(db: sqlite3.Connection) -> int:
-            # A remembered row is updated by id (`Recent.row`), not looked up.
-            recent = self._recent.get(key) if remembered and turn.expected_turns is None else None
+            # A remembered row is updated by id (`Recent.row`), not looked up; `_recent`
+            # is the loop thread's, so a job on the worker looks it up.
+            here = db is self._writer.here
+            use = here and remembered and turn.expected_turns is None
+            recent = self._recent.get(key) if use else None
             hidden, row = prepared.write(
                 db,
                 remembered=remembered,
@@ -217,7 +218,7 @@ class SqliteStore(search.Searchable):
                 now=self._now(),
                 max_snapshots=self._max_snapshots,
             )
-            if db is self._writer.here:  # `_recent` is the loop thread's
+            if here:
                 recent = self._recent.get(key)
                 if recent is not None:
                     recent.row = row
@@ -335,12 +336,9 @@ class SqliteStore(search.Searchable):
         # Checked after the read: a commit by anyone else before it shows here.
         if not self._unchanged():
             return
-        if row is None:
-            hidden = 0
-        elif row[0] < self._cutoff():
+        if row is not None and row[0] < self._cutoff():
             return
-        else:
-            hidden = int(row[1] or 0)
+        hidden = 0 if row is None else int(row[1] or 0)
         self._recent[key] = Recent(hidden=hidden, updated_at=self._now())
 
     def _unchanged(self) -> bool:
@@ -359,16 +357,13 @@ class SqliteStore(search.Searchable):
         except sqlite3.Error:
             return False
         if unchanged:
-            # Trusted until the loop's callbacks queued after this one run: a
-            # turn served meanwhile was asked for before this check, so any
-            # commit that preceded it (another replica's answer) shows here.
-            # Lookups of concurrent requests share a check rather than each paying its SQL.
+            # Trusted until the loop's callbacks queued after this one run: a turn
+            # served meanwhile was asked for before this check, so any commit that
+            # preceded it (another replica's answer) shows here. Lookups of concurrent
+            # requests share a check rather than each paying its SQL.
             self._unchanged_now = True
-            asyncio.get_running_loop().call_soon(self._recheck)
+            asyncio.get_running_loop().call_soon(setattr, self, "_unchanged_now", False)
         return unchanged
-
-    def _recheck(self) -> None:
-        self._unchanged_now = False
 
     async def latest(self, key: ConvKey) -> Conversation | None:
         cutoff = self._cutoff()
@@ -429,14 +424,11 @@ class SqliteStore(search.Searchable):
         """Whether the file answers and takes writes; it never waits for queued turns, so a
         health check stays quick while a large turn is being written."""
         if self._reader is None:  # an in-memory database exists on the worker's connection only
-            await self._run(lambda db: db.execute("SELECT 1").fetchone())
+            await self._run(connections.ping)
         elif self._closed:
             raise StoreError("the SQLite store is closed")
         else:
-            try:
-                self._reader.execute("SELECT 1").fetchone()
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite: {exc}") from exc
+            connections.ping(self._reader)
         problem = self.problem()
         if problem is not None:
             raise StoreError(problem)

@@ -59,6 +59,18 @@ class _Job:
     size: int  # bytes of text written, which the WAL will hold until a checkpoint
 
 
+@dataclass(slots=True)
+class _Ran:
+    """What a group did, for the loop's thread to settle: the hooks touch the store's
+    memory, which only that thread uses."""
+
+    results: list[tuple[bool, Any]]
+    jobs: list[_Job]
+    undone: bool = False  # jobs ran and were rolled back
+    failed: sqlite3.Error | None = None  # the group could not be written
+    written: bool = False  # the group committed
+
+
 class Writer:
     """Runs the store's write jobs in groups.
 
@@ -157,7 +169,7 @@ class Writer:
             _settle(jobs, [(False, exc)] * len(jobs))
         else:
             self._locked_since = None
-            _settle(jobs, self._run_group(db, jobs, here=True))
+            self._finish(self._run_group(db, jobs, here=True))
         if self._queue:  # the rest after the loop has served others
             loop.call_soon(self._drain_here, loop)
 
@@ -169,23 +181,20 @@ class Writer:
         moves the loop connection's data version, so the store forgets what it
         remembers of the file before the loop's next group.
         """
-        db = self._worker()
         try:
+            db = self._worker()
             if db is None:
                 raise sqlite3.ProgrammingError("the SQLite store is closed")
             db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            results: list[tuple[bool, Any]] = [(False, exc)]
-        else:
-            results = self._run_group(db, [job], here=False)
+            ran = self._run_group(db, [job], here=False)
+        except BaseException as exc:  # whatever happens, the loop's groups go on
+            ran = _Ran([(False, exc)], [job])
         with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
-            loop.call_soon_threadsafe(self._back, loop, job, results)
+            loop.call_soon_threadsafe(self._back, loop, ran)
 
-    def _back(
-        self, loop: asyncio.AbstractEventLoop, job: _Job, results: list[tuple[bool, Any]]
-    ) -> None:
+    def _back(self, loop: asyncio.AbstractEventLoop, ran: _Ran) -> None:
         self._away = False
-        _settle([job], results)
+        self._finish(ran)
         if self._queue:
             loop.call_soon(self._drain_here, loop)
 
@@ -194,29 +203,29 @@ class Writer:
         with self._queue_lock:
             jobs, self._queue = self._queue, []
         db = self._worker()
-        results: list[tuple[bool, Any]] = []
+        ran = _Ran([], jobs)
         if jobs:
             try:
                 if db is None:
                     raise sqlite3.ProgrammingError("the SQLite store is closed")
                 db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                results = [(False, exc)] * len(jobs)
+                ran = _Ran([(False, exc)] * len(jobs), jobs)
             else:
-                results = self._run_group(db, jobs, here=False)
+                ran = self._run_group(db, jobs, here=False)
         with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
-            loop.call_soon_threadsafe(_settle, jobs, results)
+            loop.call_soon_threadsafe(self._finish, ran)
 
-    def _run_group(
-        self, db: sqlite3.Connection, jobs: list[_Job], *, here: bool
-    ) -> list[tuple[bool, Any]]:
+    def _run_group(self, db: sqlite3.Connection, jobs: list[_Job], *, here: bool) -> _Ran:
         """The jobs of one group in the transaction just begun on `db`, each in a savepoint.
 
         On the loop's connection (`here`), `db`'s data version, read under
         the write lock before the jobs, tells the store whether anyone else
         committed since this process's last group (another connection's
-        data version says nothing of the loop's lookups).
+        data version says nothing of the loop's lookups). What else the
+        store learns of the group, `_finish` tells it on the loop's thread.
         """
+        ran = _Ran([], jobs)
 
         def one_by_one() -> list[tuple[bool, Any]]:
             results: list[tuple[bool, Any]] = []
@@ -241,20 +250,31 @@ class Writer:
                 results = [(True, j.job(db)) for j in jobs]
             except Exception:
                 db.execute("ROLLBACK TO jobs")
-                self._hooks.rows_undone()  # the jobs before the failed one are undone
+                ran.undone = True  # the jobs before the failed one are undone
+                if here:  # before the jobs run again (the store's memory is this thread's)
+                    self._hooks.rows_undone()
                 results = one_by_one()
             db.execute("RELEASE jobs")
             return results
 
         try:
-            results = rows.write(db, run, begun=True)
+            ran.results = rows.write(db, run, begun=True)
         except sqlite3.Error as exc:
+            ran.undone, ran.failed, ran.results = True, exc, [(False, exc)] * len(jobs)
+            return ran
+        ran.written = True
+        return ran
+
+    def _finish(self, ran: _Ran) -> None:
+        """On the loop's thread: tell the store what the group did, then settle its jobs."""
+        if ran.undone:
             self._hooks.rows_undone()
-            self._failed(exc)
-            return [(False, exc)] * len(jobs)
-        self.error = None
-        self._hooks.group_written(len(jobs), sum(j.size for j in jobs))
-        return results
+        if ran.failed is not None:
+            self._failed(ran.failed)
+        elif ran.written:
+            self.error = None
+            self._hooks.group_written(len(ran.jobs), sum(j.size for j in ran.jobs))
+        _settle(ran.jobs, ran.results)
 
     def _failed(self, exc: sqlite3.Error) -> None:
         if self.error is None:
