@@ -277,3 +277,35 @@ def test_a_stream_is_assembled_with_thinking_signature_and_tool_input() -> None:
         "role": "assistant",
         "content": [text("x")],
     }
+
+
+def test_the_assembler_never_raises_on_odd_events() -> None:
+    odd = stream(
+        {"type": "message_start", "message": {}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "citations": 5},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "citations_delta", "citation": {}},
+        },
+        {"type": "content_block_delta", "index": 0, "delta": "not a dict"},
+        {"type": "content_block_delta", "index": 7, "delta": {"type": "text_delta", "text": "x"}},
+        {"type": "content_block_start", "index": [1], "content_block": {}},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use"}},
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": "{"},
+        },
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_stop"},
+    )
+    assembler = MessagesAssembler(limit=1 << 20)
+    assembler.feed(odd + b"data: not json\n\n")
+    assembler.close()
+    assert assembler.done and not assembler.complete  # the broken tool input says so
+    assert assembler.items()[0]["content"][0]["citations"] == [{}]

@@ -86,7 +86,8 @@ class MessagesAssembler(EventReader):
             block["signature"] = str(block.get("signature", "")) + str(delta.get("signature", ""))
         elif kind == "citations_delta" and "citation" in delta:
             citations = block.get("citations")
-            block["citations"] = [*(citations or []), delta["citation"]]
+            known = citations if isinstance(citations, list) else []
+            block["citations"] = [*known, delta["citation"]]
 
     def _finish(self, index: int) -> None:
         parts = self.partial_json.pop(index, None)
