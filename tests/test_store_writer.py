@@ -77,17 +77,21 @@ def test_the_health_ping_never_waits_for_the_worker(tmp_path: Path) -> None:
     """A large turn being written on the worker must not hold `/healthz` up."""
     from proxy.store import SqliteStore
 
-    async def main() -> None:
+    async def main() -> tuple[bool, bool]:
         store = SqliteStore(str(tmp_path / "p.db"))
         gate = threading.Event()
-        store._executor.submit(gate.wait)  # the worker is busy (a large write, a sweep)
+        busy = store._executor.submit(gate.wait)  # the worker is busy (a large write, a sweep)
         try:
-            await asyncio.wait_for(store.ping(), 1.0)
+            await asyncio.wait_for(store.ping(), 1.0)  # a TimeoutError fails the test
+            answered_while_busy = not busy.done()
         finally:
             gate.set()
             await store.close()
+        return answered_while_busy, store.problem() is None
 
-    asyncio.run(main())
+    answered_while_busy, healthy = asyncio.run(main())
+    assert answered_while_busy, "the ping waited for the worker"
+    assert healthy
 
 
 def test_a_large_job_that_fails_on_the_worker_settles_and_the_loop_writes_on(

@@ -181,14 +181,7 @@ class Writer:
         moves the loop connection's data version, so the store forgets what it
         remembers of the file before the loop's next group.
         """
-        try:
-            db = self._worker()
-            if db is None:
-                raise sqlite3.ProgrammingError("the SQLite store is closed")
-            db.execute("BEGIN IMMEDIATE")
-            ran = self._run_group(db, [job], here=False)
-        except BaseException as exc:  # whatever happens, the loop's groups go on
-            ran = _Ran([(False, exc)], [job])
+        ran = self._on_worker([job])
         with contextlib.suppress(RuntimeError):  # the loop closed while the job ran
             loop.call_soon_threadsafe(self._back, loop, ran)
 
@@ -202,19 +195,21 @@ class Writer:
         """On the worker thread: run every queued job, commit once, settle their futures."""
         with self._queue_lock:
             jobs, self._queue = self._queue, []
-        db = self._worker()
-        ran = _Ran([], jobs)
-        if jobs:
-            try:
-                if db is None:
-                    raise sqlite3.ProgrammingError("the SQLite store is closed")
-                db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                ran = _Ran([(False, exc)] * len(jobs), jobs)
-            else:
-                ran = self._run_group(db, jobs, here=False)
+        ran = self._on_worker(jobs) if jobs else _Ran([], jobs)
         with contextlib.suppress(RuntimeError):  # the loop closed while the group ran
             loop.call_soon_threadsafe(self._finish, ran)
+
+    def _on_worker(self, jobs: list[_Job]) -> _Ran:
+        """On the worker thread: `jobs` in one transaction of the worker's connection; any
+        failure becomes theirs, so the loop always hears back and writing goes on."""
+        try:
+            db = self._worker()
+            if db is None:
+                raise sqlite3.ProgrammingError("the SQLite store is closed")
+            db.execute("BEGIN IMMEDIATE")
+            return self._run_group(db, jobs, here=False)
+        except BaseException as exc:
+            return _Ran([(False, exc)] * len(jobs), jobs)
 
     def _run_group(self, db: sqlite3.Connection, jobs: list[_Job], *, here: bool) -> _Ran:
         """The jobs of one group in the transaction just begun on `db`, each in a savepoint.
