@@ -2,9 +2,9 @@
 
 Bodies are serialised once per template and the per-request counter is
 spliced into the bytes, so the client spends its (shared) CPU on sending,
-not on JSON. The mock's answer lives here too: a client that resends the
-history must resend exactly the assistant message the proxy stored, or the
-proxy would see an edit instead of a continuation.
+not on JSON. The assistant's turns are the canned mock's answer: a client
+that resends the history must resend exactly the assistant message the
+proxy stored, or the proxy would see an edit instead of a continuation.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any
 
 import orjson
 
-ANSWER = "Understood. Here is a short, deterministic answer from the bench mock upstream."
+from proxy.mock.canned import ANSWER
+
 ANSWER_MESSAGE: dict[str, Any] = {"role": "assistant", "content": ANSWER}
-SUMMARY = "The user and the assistant discussed benchmark topics; nothing is pending."
-SUMMARIZER_MARK = b"context-proxy summarizer"
 
 MODEL = "gpt-4.1"  # a 1M-token window: nothing is reduced for strategy comparisons
 STEADY_MODEL = "bench-small"  # given a 1,000-token window in the proxy's config

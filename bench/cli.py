@@ -64,6 +64,7 @@ log_level = "warning"
 
 [upstream]
 base_url = "{upstream}/v1"
+transport = "reqwest"
 
 [anthropic]
 base_url = "{upstream}"
@@ -88,7 +89,7 @@ def start_all(
 ) -> dict[str, Server]:
     servers: dict[str, Server] = {}
     port = free_port()
-    mock = f.start("mock", ["-m", "bench.mock_upstream", "--port", str(port)], port=port)
+    mock = f.start("mock", ["-m", "proxy.mock", "--canned", "--port", str(port)], port=port)
     servers["direct"] = mock
     if litellm_exe is not None:
         servers[LITELLM] = litellm.start(f, litellm_exe, free_port(), mock.url)
@@ -122,7 +123,7 @@ def start_all(
     port = free_port()
     delays = ["--answer-delay", str(ANSWER_DELAY_S), "--summary-delay", str(SUMMARY_DELAY_S)]
     slow = f.start(
-        "mock-slow", ["-m", "bench.mock_upstream", "--port", str(port), *delays], port=port
+        "mock-slow", ["-m", "proxy.mock", "--canned", "--port", str(port), *delays], port=port
     )
     port = free_port()
     config = proxy_config(workdir, "proxy-waits", port, slow.url, "sqlite")

@@ -107,7 +107,7 @@ def main() -> None:
     order = [args.a, args.b, args.b, args.a] * ((args.rounds + 1) // 2)
     with tempfile.TemporaryDirectory() as tmp, fleet(Path(tmp)) as f:
         port = free_port()
-        mock = f.start("mock", ["-m", "bench.mock_upstream", "--port", str(port)], port=port)
+        mock = f.start("mock", ["-m", "proxy.mock", "--canned", "--port", str(port)], port=port)
         for name, make in WORKLOADS.items():
             requests = make()
             found: dict[Path, list[float]] = {args.a: [], args.b: []}

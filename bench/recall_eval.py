@@ -30,8 +30,10 @@ import httpx
 
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.mock_upstream import mock_summary, offline_counter
+from proxy.mock import PROSE
+from proxy.mock.chat import summary_of
 from proxy.settings import Settings
+from proxy.tokens import offline_counter
 
 from .recall_set import Conversation, Question, dev_set
 
@@ -74,7 +76,7 @@ class Upstream:
         body = json.loads(request.content)
         messages = body["messages"]
         if messages and SUMMARIZER in str(messages[0].get("content", "")):
-            text = mock_summary(messages)
+            text = summary_of(messages, PROSE)
         else:
             self.last = messages
             text = "ok"

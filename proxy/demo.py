@@ -26,7 +26,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from .config import load_settings
 from .demo_report import TurnRow, print_turn_report
 from .demo_script import SYSTEM_PROMPT, TOOLS, run_tool, user_turn
-from .mock_upstream import MockUpstream, offline_counter
+from .mock import PROSE, MockUpstream
+from .tokens import offline_counter
 
 MODEL = "demo-model"
 WINDOW = 8000
@@ -93,7 +94,7 @@ def run_demo(turns: int, chart: Path, console: Console, *, window: int = WINDOW)
 
     from .app import create_app
 
-    mock = MockUpstream()
+    mock = MockUpstream(voice=PROSE, counter=offline_counter())
     started = time.perf_counter()
     rows: list[TurnRow] = []
     with serve_in_thread(mock.app, "mock-upstream") as upstream_url:

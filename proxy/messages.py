@@ -103,7 +103,24 @@ def digest(message: Message) -> bytes:
     crafted collision could only confuse the matching of the crafter's own
     conversations, since everything stored is namespaced by tenant.
     """
-    return xxhash.xxh3_128_digest(canonical(message))
+    return xxhash.xxh3_128_digest(canonical(as_meant(message)))
+
+
+def as_meant(message: Message) -> Message:
+    """An assistant message without the fields that say nothing: null ones, no annotations.
+
+    The proxy stores an answer as a request would carry it; a client resends
+    it as its SDK parsed the response (`"refusal": null, "annotations": []`).
+    Both are the same message and must hash alike, or every resent answer
+    would look like an edit and be archived twice.
+    """
+    if type(message) is not dict or message.get("role") != "assistant":
+        return message
+    if None not in message.values() and message.get("annotations") != []:
+        return message
+    return {
+        k: v for k, v in message.items() if v is not None and not (k == "annotations" and v == [])
+    }
 
 
 def chain(digest_: bytes, parent: str = "") -> str:

@@ -30,9 +30,9 @@ import httpx
 from .config import load_settings
 from .errors import ConfigError
 from .messages import Message, role
-from .mock_upstream import MockUpstream, offline_counter
+from .mock import PROSE, MockUpstream
 from .reduction.types import STRATEGIES, is_strategy
-from .tokens import TokenCounter
+from .tokens import TokenCounter, offline_counter
 
 MOCK_HOST = "mock-upstream.invalid"
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -198,16 +198,18 @@ def replay(
         )
     m = settings.models
     run = Run(strategy, model, context_window(model, m.windows, m.default_context_tokens))
-    mock = MockUpstream(counter=counter)
+    mock = MockUpstream(voice=PROSE, counter=counter)
     app = create_app(settings, transport=_Routing(mock, run), store=MemoryStore(), counter=counter)
     key = os.environ.get("OPENAI_API_KEY", "simulate") if summarizer_url else "simulate"
     started = time.perf_counter()
     with TestClient(app, base_url="http://context-proxy.test") as client:
         for body in bodies:
             before = len(mock.calls)
-            response = client.post(
-                route_of(body), json=body, headers={"authorization": f"Bearer {key}"}
-            )
+            route = route_of(body)
+            headers = {"authorization": f"Bearer {key}"}
+            if route == "/v1/messages":  # as Anthropic's clients send it
+                headers["anthropic-version"] = settings.anthropic.version
+            response = client.post(route, json=body, headers=headers)
             run.requests.append(_replayed(body, response, mock, before))
     run.seconds = time.perf_counter() - started
     for call in mock.summary_calls:

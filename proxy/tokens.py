@@ -329,3 +329,15 @@ class RequestCounts:
         if messages and start >= 0 and all(map(operator.is_, messages, items[start:])):
             return sum(self.counts[start:])
         return sum(map(self, messages))
+
+
+class _CharEstimate:
+    """An encoder that counts 4 characters a token: offline, fast and the same everywhere."""
+
+    def encode(self, text: str, *, disallowed_special: Any = ()) -> list[int]:
+        return [0] * math.ceil(len(text) / 4)
+
+
+def offline_counter() -> TokenCounter:
+    """A TokenCounter that never downloads a tiktoken encoding (demo and simulate run offline)."""
+    return TokenCounter(loader=lambda _name: _CharEstimate())

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -111,3 +112,30 @@ def proxy_process(port: int, *, capture: bool = False, **env: str) -> subprocess
     _, err = process.communicate(timeout=10)
     said = (err or b"").decode(errors="replace")[-2000:]
     raise RuntimeError(f"proxy did not start {said}")
+
+
+def serve_proxy(
+    upstream_url: str,
+    db: Path,
+    *,
+    windows: dict[str, int] | None = None,
+    anthropic_url: str | None = None,
+    **env: str,
+) -> contextlib.AbstractContextManager[str]:
+    """The real app with a SQLite store at `db`, served by `run_server`; yields its base URL.
+
+    `upstream_url` is `upstream.base_url` (with its `/v1`); `env` are settings as
+    their environment variables name them without the prefix (`reduction_strategy="tokens"`).
+    """
+    from proxy.app import create_app
+    from proxy.config import load_settings
+
+    variables = {
+        "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
+        "CONTEXT_PROXY_STORE_PATH": str(db),
+        **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
+    }
+    if anthropic_url is not None:
+        variables["CONTEXT_PROXY_ANTHROPIC_BASE_URL"] = anthropic_url
+    overrides = {"models": {"windows": windows}} if windows else {}
+    return run_server(create_app(load_settings(env=variables, overrides=overrides)))

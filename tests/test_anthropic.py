@@ -16,11 +16,10 @@ from proxy.dialects.anthropic import ANTHROPIC, ANTHROPIC_WIRE
 from proxy.dialects.anthropic_answer import MessagesAssembler, message_from_body
 from proxy.dialects.anthropic_request import alternate, parse
 from proxy.errors import ProxyError
+from proxy.mock import anthropic as mock_anthropic
 from proxy.reduction import STRATEGIES, Budget, ContextTooLarge, Policy, Working, reduce
 from proxy.reduction.chains import group
 from proxy.reduction.repair import repair
-
-from . import fake_anthropic
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
 
@@ -37,7 +36,7 @@ def text(value: str, cached: bool = False) -> dict[str, Any]:
 
 
 def thinking(value: str) -> dict[str, Any]:
-    return {"type": "thinking", "thinking": value, "signature": fake_anthropic.signature(value)}
+    return {"type": "thinking", "thinking": value, "signature": mock_anthropic.signature(value)}
 
 
 def tool_use(call_id: str, name: str = "lookup") -> dict[str, Any]:
@@ -86,7 +85,7 @@ def test_the_fake_accepts_the_generated_histories_and_grouping_keeps_rounds(
     items: list[Item],
 ) -> None:
     payload = {"model": "claude-x", "max_tokens": 100, "messages": items}
-    fake_anthropic.validate(payload, HEADERS, {})
+    mock_anthropic.validate(payload, HEADERS, {})
     units = group(items, (), ANTHROPIC)
     assert [m for u in units for m in u.messages] == items
     for unit in units:
@@ -117,7 +116,7 @@ def test_every_strategy_sends_what_anthropic_accepts(
         return
     payload = {"model": "claude-x", "system": [text("be brief", True)], "max_tokens": 64}
     body = sent({**payload, "messages": items}, list(reduction.messages))
-    fake_anthropic.validate(body, HEADERS, {})  # alternation, pairing, thinking, breakpoints
+    mock_anthropic.validate(body, HEADERS, {})  # alternation, pairing, thinking, breakpoints
     assert items == original, "the client's messages were changed in place"
     assert body["system"] == payload["system"]
     assistants = [m for m in items if m["role"] == "assistant"]
@@ -148,7 +147,7 @@ def test_classification_pairs_a_message_of_results_with_its_calls() -> None:
     # A call whose result went missing is closed; the placeholder merges into the results.
     history = [user(text("q")), call, user(result("a", "1"))]
     fixed = alternate(repair(history, ANTHROPIC))
-    fake_anthropic.validate({"model": "m", "max_tokens": 1, "messages": [*fixed, *[]]}, HEADERS, {})
+    mock_anthropic.validate({"model": "m", "max_tokens": 1, "messages": [*fixed, *[]]}, HEADERS, {})
     assert [b["tool_use_id"] for b in fixed[-1]["content"]] == ["a", "b"]
 
 

@@ -18,6 +18,8 @@ from proxy.config import load_settings
 from proxy.conversation import tenant_of
 from proxy.store import ConvKey, MemoryStore
 
+from .transports import FreshStreams
+
 ANTHROPIC = "http://anthropic.test"
 KEY = {"x-api-key": "sk-ant-client", "anthropic-version": "2023-06-01"}
 BODY = {"model": "claude-x", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
@@ -51,19 +53,6 @@ class Breaking(httpx.AsyncBaseTransport):
 
         headers = {"content-type": "text/event-stream"}
         return httpx.Response(200, headers=headers, stream=Stream(), request=request)
-
-
-class Fresh(httpx.AsyncBaseTransport):
-    """respx pre-reads mocked bodies; the proxy relays raw bytes, so hand it unread streams."""
-
-    def __init__(self, router: respx.MockRouter) -> None:
-        self.router = router
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await request.aread()
-        mocked = await self.router.async_handler(request)
-        stream = httpx.ByteStream(mocked.content)
-        return httpx.Response(mocked.status_code, headers=mocked.headers, stream=stream)
 
 
 def client(transport: httpx.AsyncBaseTransport, **env: str) -> tuple[TestClient, MemoryStore]:
@@ -100,7 +89,7 @@ def test_a_stream_cut_by_the_upstream_ends_with_anthropics_error_event_and_store
 def test_a_complete_stream_is_stored_and_an_unfinished_one_is_not(
     router: respx.MockRouter,
 ) -> None:
-    test, store = client(Fresh(router))
+    test, store = client(FreshStreams(router))
     sse = {"content-type": "text/event-stream"}
     with test:
         router.post("/v1/messages").respond(200, content=events(START, *TEXT, *END), headers=sse)
@@ -120,7 +109,7 @@ def test_a_complete_stream_is_stored_and_an_unfinished_one_is_not(
 def test_upstream_failures_are_anthropic_shaped_and_errors_pass_unchanged(
     router: respx.MockRouter,
 ) -> None:
-    test, _ = client(Fresh(router))
+    test, _ = client(FreshStreams(router))
     with test:
         router.post("/v1/messages").mock(side_effect=httpx.ConnectError("refused"))
         unreachable = test.post("/v1/messages", json=BODY, headers=KEY)
@@ -139,7 +128,7 @@ def test_a_refused_operator_key_is_the_proxys_own_message(router: respx.MockRout
         "CONTEXT_PROXY_ANTHROPIC_API_KEY": "sk-ant-operator",
         "CONTEXT_PROXY_AUTH_CLIENT_KEYS": "sk-ant-client",
     }
-    test, _ = client(Fresh(router), **env)
+    test, _ = client(FreshStreams(router), **env)
     refusal = {
         "type": "error",
         "error": {"type": "authentication_error", "message": "sk-ant-op***"},
@@ -175,7 +164,7 @@ def test_a_credential_of_one_provider_never_goes_to_the_other() -> None:
 
 
 def test_conversations_that_differ_only_in_system_are_two(router: respx.MockRouter) -> None:
-    test, _ = client(Fresh(router))
+    test, _ = client(FreshStreams(router))
     answer = {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "x"}]}
     with test:
         router.post("/v1/messages").respond(200, json=answer)

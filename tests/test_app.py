@@ -18,6 +18,7 @@ from proxy.conversation import tenant_of
 from proxy.store import ConvKey, MemoryStore
 
 from .factories import assistant, call, system, tool, user
+from .transports import FreshStreams
 
 UPSTREAM = "http://upstream.test/v1"
 KEY = {"Authorization": "Bearer sk-client-one"}
@@ -69,23 +70,6 @@ class Harness:
             "/v1/chat/completions",
             json={"model": "gpt-4o", "messages": messages, **body},
             headers={**KEY, **(headers or {})},
-        )
-
-
-class FreshStreams(httpx.AsyncBaseTransport):
-    """respx pre-reads mocked bodies; the proxy relays raw bytes, so hand it unread streams."""
-
-    def __init__(self, router: respx.MockRouter) -> None:
-        self.router = router
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await request.aread()
-        mocked = await self.router.async_handler(request)
-        return httpx.Response(
-            mocked.status_code,
-            headers=mocked.headers,
-            stream=httpx.ByteStream(mocked.content),
-            request=request,
         )
 
 

@@ -19,9 +19,9 @@ import pytest
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
+from proxy.mock import MockUpstream
 from proxy.store import ConvKey, open_store
 
-from .fake_upstream import FakeUpstream, create_fake_upstream
 from .servers import free_port, proxy_process, run_server
 
 pytestmark = pytest.mark.integration
@@ -29,8 +29,8 @@ ADMIN = "admin-token-for-tests"
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[FakeUpstream, str]]:
-    upstream = create_fake_upstream()
+def fake() -> Iterator[tuple[MockUpstream, str]]:
+    upstream = MockUpstream()
     with run_server(upstream.app) as url:
         yield upstream, url + "/v1"
 
@@ -49,7 +49,7 @@ def proxy(upstream_url: str, **env: str) -> Iterator[str]:
 
 
 def test_simultaneous_append_turns_are_all_kept(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     _, upstream_url = fake
 
@@ -92,7 +92,7 @@ def test_simultaneous_append_turns_are_all_kept(
 
 
 def test_two_replicas_on_one_redis_alternate_turns(
-    fake: tuple[FakeUpstream, str], redis_url: str
+    fake: tuple[MockUpstream, str], redis_url: str
 ) -> None:
     upstream, upstream_url = fake
     env = {"store_backend": "redis", "store_url": redis_url}
@@ -133,7 +133,7 @@ def _start_subprocess_proxy(upstream_url: str, db: Path, port: int) -> subproces
 
 
 def test_kill_9_during_load_loses_no_completed_turn(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
     upstream.slow_s = 0.02
@@ -217,7 +217,7 @@ def test_kill_9_during_load_loses_no_completed_turn(
 
 
 def test_simultaneous_append_turns_on_two_replicas_lose_nothing(
-    fake: tuple[FakeUpstream, str], redis_url: str
+    fake: tuple[MockUpstream, str], redis_url: str
 ) -> None:
     _, upstream_url = fake
     env = {"store_backend": "redis", "store_url": redis_url}
@@ -277,7 +277,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_two_workers_serve_one_port_and_store_and_conversations_continue_across_them(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     """`serve --workers 2`: a turn may land on either process, and sees every earlier turn."""
     upstream, upstream_url = fake

@@ -66,7 +66,8 @@ def _stored_conversation(db: Path) -> str:
     import httpx
 
     from proxy.app import create_app
-    from proxy.mock_upstream import MockUpstream, offline_counter
+    from proxy.mock import MockUpstream
+    from proxy.tokens import offline_counter
 
     mock = MockUpstream()
     settings = load_settings(
@@ -205,7 +206,8 @@ def test_inspect_shows_a_responses_conversation_with_its_calls(
     import httpx
 
     from proxy.app import create_app
-    from proxy.mock_upstream import MockUpstream, offline_counter
+    from proxy.mock import MockUpstream
+    from proxy.tokens import offline_counter
 
     db = tmp_path / "store.db"
     settings = load_settings(

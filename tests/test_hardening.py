@@ -17,10 +17,10 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
+from proxy.mock import MockUpstream
 from proxy.store import ConvKey, MemoryStore, StoreError, TurnCommit
 
 from .factories import user
-from .fake_upstream import create_fake_upstream
 
 KEY = "sk-hardening-secret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -28,7 +28,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture
 def proxy_client() -> Iterator[tuple[TestClient, MemoryStore]]:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
@@ -235,7 +235,7 @@ class BrokenStore(MemoryStore):
 
 
 def test_store_down_full_mode_serves_append_mode_503_health_reports_it() -> None:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1"})
     app = create_app(
         settings, transport=httpx.ASGITransport(upstream.app), store=BrokenStore(ttl_s=60)
@@ -273,7 +273,7 @@ class LateFailingStore(MemoryStore):
 def test_a_turn_that_fails_to_be_written_after_the_answer_is_counted_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     settings = load_settings(env={"CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1"})
     app = create_app(
         settings, transport=httpx.ASGITransport(upstream.app), store=LateFailingStore(ttl_s=60)

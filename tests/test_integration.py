@@ -13,33 +13,24 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.config import load_settings
 from proxy.conversation import tenant_of
+from proxy.mock import MockUpstream
 
-from .fake_upstream import FakeUpstream, create_fake_upstream
-from .servers import run_server
+from .servers import run_server, serve_proxy
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[FakeUpstream, str]]:
-    upstream = create_fake_upstream()
+def fake() -> Iterator[tuple[MockUpstream, str]]:
+    upstream = MockUpstream()
     with run_server(upstream.app) as url:
         yield upstream, url + "/v1"
 
 
 @contextmanager
 def proxy(upstream_url: str, db: Path, **env: str) -> Iterator[str]:
-    settings = load_settings(
-        env={
-            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
-            "CONTEXT_PROXY_STORE_PATH": str(db),
-            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
-        }
-    )
-    with run_server(create_app(settings)) as url:
+    with serve_proxy(upstream_url, db, **env) as url:
         yield url + "/v1"
 
 
@@ -49,7 +40,7 @@ def client(base_url: str, key: str = "sk-test", **headers: str) -> openai.OpenAI
     )
 
 
-def test_answers_match_a_direct_call(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+def test_answers_match_a_direct_call(fake: tuple[MockUpstream, str], tmp_path: Path) -> None:
     upstream, direct_url = fake
     messages: list[Any] = [
         {"role": "system", "content": "Be brief."},
@@ -70,7 +61,7 @@ def test_answers_match_a_direct_call(fake: tuple[FakeUpstream, str], tmp_path: P
 
 
 def test_streaming_is_incremental_and_identical(tmp_path: Path) -> None:
-    upstream = create_fake_upstream(chunk_delay_s=0.15)
+    upstream = MockUpstream(chunk_delay_s=0.15)
     with run_server(upstream.app) as raw_url, proxy(raw_url + "/v1", tmp_path / "p.db") as url:
         direct = [
             c.model_dump()
@@ -95,7 +86,7 @@ def test_streaming_is_incremental_and_identical(tmp_path: Path) -> None:
 
 
 def test_streamed_tool_call_then_append_mode_then_restart(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
     db = tmp_path / "p.db"
@@ -133,7 +124,7 @@ def test_streamed_tool_call_then_append_mode_then_restart(
 
 
 def test_async_client_full_history_conversation(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
 
@@ -157,7 +148,7 @@ def test_async_client_full_history_conversation(
     assert len(upstream.chat_requests()[-1]["messages"]) == 8
 
 
-def test_models_and_embeddings_pass_through(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+def test_models_and_embeddings_pass_through(fake: tuple[MockUpstream, str], tmp_path: Path) -> None:
     _, upstream_url = fake
     with proxy(upstream_url, tmp_path / "p.db") as url:
         direct, via = client(upstream_url), client(url)
@@ -168,7 +159,7 @@ def test_models_and_embeddings_pass_through(fake: tuple[FakeUpstream, str], tmp_
 
 
 @pytest.mark.parametrize("transport", ["reqwest", "aiohttp", "httpx"])
-def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path, transport: str) -> None:
+def test_errors_propagate(fake: tuple[MockUpstream, str], tmp_path: Path, transport: str) -> None:
     upstream, upstream_url = fake
     with (
         proxy(
@@ -202,7 +193,7 @@ def test_errors_propagate(fake: tuple[FakeUpstream, str], tmp_path: Path, transp
         assert down.value.status_code == 502
 
 
-def test_tenants_are_isolated(fake: tuple[FakeUpstream, str], tmp_path: Path) -> None:
+def test_tenants_are_isolated(fake: tuple[MockUpstream, str], tmp_path: Path) -> None:
     upstream, upstream_url = fake
     with proxy(upstream_url, tmp_path / "p.db") as url:
         client(url, "sk-alice", **{"X-Conversation-Id": "same"}).chat.completions.create(
@@ -223,7 +214,7 @@ def test_tenants_are_isolated(fake: tuple[FakeUpstream, str], tmp_path: Path) ->
 
 
 def test_client_disconnect_cancels_the_turn(tmp_path: Path) -> None:
-    upstream = create_fake_upstream(chunk_delay_s=0.2)
+    upstream = MockUpstream(chunk_delay_s=0.2)
     with (
         run_server(upstream.app) as raw,
         proxy(raw + "/v1", tmp_path / "p.db", auth_admin_token="adm") as url,
@@ -263,7 +254,7 @@ def test_client_disconnect_cancels_the_turn(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("streamed", [True, False])
 def test_a_long_conversation_without_an_id_is_parsed_from_its_new_bytes(
-    fake: tuple[FakeUpstream, str], tmp_path: Path, reparsed: list[bool], streamed: bool
+    fake: tuple[MockUpstream, str], tmp_path: Path, reparsed: list[bool], streamed: bool
 ) -> None:
     """The SDK's own bodies (it puts `stream` before `messages`), with a tool round: after the
     first turn each request is parsed from its new bytes only, and what is forwarded is what

@@ -23,12 +23,12 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.dialects.chat_completions import CHAT as CHAT_ITEMS
 from proxy.messages import split_leading
+from proxy.mock import MockUpstream
 from proxy.store import SqliteStore
 from proxy.store.base import SearchHit
 from proxy.tokens import TokenCounter
 
 from .factories import assistant, call, system, tool, user
-from .fake_upstream import FakeUpstream, create_fake_upstream
 from .servers import run_server
 
 PASSPORT = "My passport number is X1234567 and it expires in March 2031."
@@ -99,9 +99,9 @@ def filler(i: int) -> str:
 
 
 @contextmanager
-def in_process(tmp_path: Path, **env: str) -> Iterator[tuple[TestClient, FakeUpstream]]:
+def in_process(tmp_path: Path, **env: str) -> Iterator[tuple[TestClient, MockUpstream]]:
     """The app with recall on, a SQLite file store, and the fake upstream in process."""
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
@@ -117,7 +117,7 @@ def in_process(tmp_path: Path, **env: str) -> Iterator[tuple[TestClient, FakeUps
 
 
 @pytest.fixture
-def lexical(tmp_path: Path) -> Iterator[tuple[TestClient, FakeUpstream]]:
+def lexical(tmp_path: Path) -> Iterator[tuple[TestClient, MockUpstream]]:
     with in_process(tmp_path) as app:
         yield app
 
@@ -140,7 +140,7 @@ def conversation(client: TestClient) -> Callable[[Any], httpx.Response]:
 
 
 def test_a_fact_from_turn_5_comes_back_at_turn_200(
-    lexical: tuple[TestClient, FakeUpstream],
+    lexical: tuple[TestClient, MockUpstream],
 ) -> None:
     client, upstream = lexical
     send = conversation(client)
@@ -173,7 +173,7 @@ def test_a_fact_from_turn_5_comes_back_at_turn_200(
 
 
 def test_tool_results_within_a_turn_repeat_the_same_block(
-    lexical: tuple[TestClient, FakeUpstream],
+    lexical: tuple[TestClient, MockUpstream],
 ) -> None:
     client, upstream = lexical
     send = conversation(client)
@@ -196,7 +196,7 @@ def test_tool_results_within_a_turn_repeat_the_same_block(
 
 
 def test_recall_off_adds_no_header(tmp_path: Path) -> None:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
@@ -216,7 +216,7 @@ def test_recall_off_adds_no_header(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_embeddings_recall_through_real_servers(tmp_path: Path) -> None:
     """The official client, the real proxy and an upstream serving /v1/embeddings on loopback."""
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     with run_server(upstream.app) as upstream_url:
         settings = load_settings(
             env={
@@ -353,14 +353,15 @@ def test_a_masked_tool_result_comes_back_when_a_question_needs_it(tmp_path: Path
         for i in range(1, 40):
             r = send(user(f"Step {i}: please call tool read_file for notes {i}."))
             found = r.json()["choices"][0]["message"]["tool_calls"][0]
-            text = (fact if i == 2 else filler(i)) + " " + "padding words " * 60
+            # The fact comes after the part of the result the mock's answer quotes.
+            text = "padding words " * 60 + (fact if i == 2 else filler(i))
             if (
                 "masked"
                 in send(tool(found["id"], f"notes {i}: {text}")).headers["x-context-reduction"]
             ):
                 break
         forwarded = upstream.chat_requests()[-1]["messages"]
-        assert all(fact not in str(m.get("content")) for m in forwarded), "not masked"
+        assert all("deploy" not in str(m.get("content")) for m in forwarded), "not masked"
         assert any("Tool result cleared" in str(m.get("content")) for m in forwarded)
         r = send(user("How often does the deploy key rotate on staging?"))
     assert int(r.headers["x-context-recall"]) >= 1

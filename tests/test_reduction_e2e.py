@@ -17,13 +17,11 @@ import httpx
 import openai
 import pytest
 
-from proxy.app import create_app
-from proxy.config import load_settings
 from proxy.messages import split_leading
+from proxy.mock import MockUpstream
 from proxy.tokens import TokenCounter
 
-from .fake_upstream import FakeUpstream, create_fake_upstream
-from .servers import run_server
+from .servers import run_server, serve_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -42,26 +40,23 @@ def summary_of(body: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[FakeUpstream, str]]:
-    upstream = create_fake_upstream(summary_text=summary_of)
+def fake() -> Iterator[tuple[MockUpstream, str]]:
+    upstream = MockUpstream(summary_text=summary_of)
     with run_server(upstream.app) as url:
         yield upstream, url + "/v1"
 
 
 def start_proxy(upstream_url: str, db: Path, strategy: str, **env: str) -> Any:
-    settings = load_settings(
-        env={
-            "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream_url,
-            "CONTEXT_PROXY_STORE_PATH": str(db),
-            "CONTEXT_PROXY_REDUCTION_STRATEGY": strategy,
-            "CONTEXT_PROXY_REDUCTION_TRIGGER_RATIO": str(TRIGGER),
-            "CONTEXT_PROXY_REDUCTION_TARGET_MESSAGES": "40",
-            "CONTEXT_PROXY_REDUCTION_THRESHOLD_MESSAGES": "20",
-            **{f"CONTEXT_PROXY_{k.upper()}": v for k, v in env.items()},
-        },
-        overrides={"models": {"windows": {MODEL: WINDOW, AGENT_MODEL: AGENT_WINDOW}}},
+    return serve_proxy(
+        upstream_url,
+        db,
+        windows={MODEL: WINDOW, AGENT_MODEL: AGENT_WINDOW},
+        reduction_strategy=strategy,
+        reduction_trigger_ratio=str(TRIGGER),
+        reduction_target_messages="40",
+        reduction_threshold_messages="20",
+        **env,
     )
-    return run_server(create_app(settings))
 
 
 class App:
@@ -153,7 +148,7 @@ STRATEGIES = ["summarize", "tokens", "messages", "filter", "tiered", "mask"]
 @pytest.mark.parametrize("append", [False, True], ids=["full", "append"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_300_turns_keep_every_invariant(
-    fake: tuple[FakeUpstream, str], tmp_path: Path, strategy: str, append: bool
+    fake: tuple[MockUpstream, str], tmp_path: Path, strategy: str, append: bool
 ) -> None:
     upstream, upstream_url = fake
     counter = TokenCounter()
@@ -183,7 +178,7 @@ def metric(text: str, name: str) -> float:
 
 
 def test_edit_of_a_summarised_message_never_forwards_the_stale_summary(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
     with start_proxy(upstream_url, tmp_path / "p.db", "summarize") as url:
@@ -207,7 +202,7 @@ def test_edit_of_a_summarised_message_never_forwards_the_stale_summary(
 
 
 def test_summariser_down_never_fails_a_request(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
     upstream.summarizer_down = True
@@ -229,7 +224,7 @@ QUESTION = "Remind me when my passport expires?"
 
 @pytest.mark.parametrize("method", ["lexical", "embeddings"])
 def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
-    fake: tuple[FakeUpstream, str], tmp_path: Path, method: str
+    fake: tuple[MockUpstream, str], tmp_path: Path, method: str
 ) -> None:
     """Recall: the turn-6 fact comes back at turn 201; prefix share drops 5 points at most."""
     upstream, upstream_url = fake
@@ -278,7 +273,7 @@ class Agent(App):
 
 
 def test_300_agent_turns_with_mask_clear_results_before_any_summary(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     """mask, then summarize: the prefix stays stable, and the summariser waits for masking."""
     upstream, upstream_url = fake

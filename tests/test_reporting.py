@@ -18,9 +18,9 @@ import pytest
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.mock import MockUpstream
 from proxy.tokens import TokenCounter
 
-from .fake_upstream import FakeUpstream, create_fake_upstream
 from .servers import run_server
 
 pytestmark = pytest.mark.integration
@@ -44,8 +44,8 @@ TOOLS = [
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[FakeUpstream, str]]:
-    upstream = create_fake_upstream()
+def fake() -> Iterator[tuple[MockUpstream, str]]:
+    upstream = MockUpstream()
     with run_server(upstream.app) as url:
         yield upstream, url + "/v1"
 
@@ -108,7 +108,7 @@ STRATEGIES = ["none", "messages", "tokens", "summarize", "tiered", "filter", "ma
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_reduction_header_says_none_exactly_when_the_history_is_forwarded_as_sent(
-    fake: tuple[FakeUpstream, str], tmp_path: Path, strategy: str
+    fake: tuple[MockUpstream, str], tmp_path: Path, strategy: str
 ) -> None:
     upstream, upstream_url = fake
     with proxy(upstream_url, tmp_path / "p.db", strategy) as url:
@@ -130,7 +130,7 @@ def test_reduction_header_says_none_exactly_when_the_history_is_forwarded_as_sen
 
 
 def test_tool_definitions_count_in_the_budget_and_the_token_headers(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
     many = [
@@ -168,7 +168,7 @@ def test_tool_definitions_count_in_the_budget_and_the_token_headers(
 
 
 def test_a_request_picks_a_mask_chain_and_an_unknown_one_is_a_400(
-    fake: tuple[FakeUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
     upstream, upstream_url = fake
     with proxy(upstream_url, tmp_path / "p.db", "summarize") as url:

@@ -20,10 +20,11 @@ from proxy.dialects.responses import RESPONSES, RESPONSES_WIRE
 from proxy.dialects.responses_answer import ResponsesAssembler
 from proxy.errors import ProxyError
 from proxy.messages import Message
+from proxy.mock import ECHO
+from proxy.mock import responses as mock_responses
 from proxy.reduction import STRATEGIES, Budget, ContextTooLarge, Policy, Working, reduce
 from proxy.reduction.chains import group
 from proxy.reduction.types import MaskPolicy
-from tests import fake_responses
 from tests.test_dialect_seam import assert_chains_whole, histories
 
 BODIES = Path(__file__).parent / "data" / "responses-sdk-bodies.jsonl"
@@ -177,13 +178,13 @@ def test_tool_definitions_instructions_and_schemas_count() -> None:
 
 def stream_of(body: dict[str, Any]) -> tuple[list[bytes], list[Message]]:
     """The fake upstream's events for `body`, and the output items they carry."""
-    items = fake_responses.validate(body, {}, set())
-    final = fake_responses.response_object(
-        body, "d1", fake_responses.output_for(items, "d1"), "completed"
+    items = mock_responses.validate(body, {}, set())
+    final = mock_responses.response_object(
+        body, "d1", mock_responses.output_for(items, "d1", ECHO), "completed"
     )
 
     async def collect() -> list[bytes]:
-        return [e async for e in fake_responses.events(body, "d1", final)]
+        return [e async for e in mock_responses.events(final)]
 
     return asyncio.run(collect()), final["output"]
 
@@ -221,8 +222,8 @@ def test_a_failed_or_cut_stream_is_not_complete() -> None:
 
 def test_a_whole_answer_gives_its_output_items() -> None:
     body = {"model": "m", "input": "please call tool lookup"}
-    output = fake_responses.output_for(fake_responses.validate(body, {}, set()), "d2")
-    whole = fake_responses.response_object(body, "d2", output, "completed")
+    output = mock_responses.output_for(mock_responses.validate(body, {}, set()), "d2", ECHO)
+    whole = mock_responses.response_object(body, "d2", output, "completed")
     assert RESPONSES_WIRE.answer(orjson.dumps(whole)) == (output, "resp_d2")
     assert RESPONSES_WIRE.answer(orjson.dumps({**whole, "status": "failed"})) is None
     assert RESPONSES_WIRE.answer(b"not json") is None

@@ -25,10 +25,10 @@ from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.metrics import route_of
+from proxy.mock import MockUpstream
 from proxy.settings import requires_client_key
 from proxy.upstream import subpath
 
-from .fake_upstream import FakeUpstream, create_fake_upstream
 from .servers import free_port, proxy_process, run_server
 
 pytestmark = pytest.mark.integration
@@ -54,9 +54,9 @@ ESCAPES = [
 
 
 @contextlib.contextmanager
-def proxy_before_fake_upstream(**env: str) -> Iterator[tuple[FakeUpstream, str]]:
+def proxy_before_mock_upstream(**env: str) -> Iterator[tuple[MockUpstream, str]]:
     """The proxy (memory store, `env` on top) in front of a recording fake upstream."""
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     with run_server(upstream.app) as upstream_url:
         settings = load_settings(
             env={
@@ -70,15 +70,15 @@ def proxy_before_fake_upstream(**env: str) -> Iterator[tuple[FakeUpstream, str]]
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[FakeUpstream, str]]:
-    with proxy_before_fake_upstream(
+def servers() -> Iterator[tuple[MockUpstream, str]]:
+    with proxy_before_mock_upstream(
         UPSTREAM_API_KEY=OPERATOR_KEY, AUTH_CLIENT_KEYS=CLIENT_KEY
     ) as stack:
         yield stack
 
 
 @pytest.fixture
-def stack(servers: tuple[FakeUpstream, str]) -> tuple[FakeUpstream, str]:
+def stack(servers: tuple[MockUpstream, str]) -> tuple[MockUpstream, str]:
     """The module's servers, with the upstream's record cleared for this test."""
     servers[0].requests.clear()
     return servers
@@ -96,7 +96,7 @@ def raw_request(url: str, method: str, path: str, headers: dict[str, str]) -> tu
 
 
 @pytest.mark.parametrize("path", ESCAPES)
-def test_no_path_shape_leaves_the_base_path(stack: tuple[FakeUpstream, str], path: str) -> None:
+def test_no_path_shape_leaves_the_base_path(stack: tuple[MockUpstream, str], path: str) -> None:
     upstream, url = stack
     status, body = raw_request(url, "GET", path, {"Authorization": f"Bearer {CLIENT_KEY}"})
     assert status == 400, body
@@ -105,7 +105,7 @@ def test_no_path_shape_leaves_the_base_path(stack: tuple[FakeUpstream, str], pat
 
 
 def test_a_line_break_in_the_path_never_reaches_the_upstream(
-    stack: tuple[FakeUpstream, str],
+    stack: tuple[MockUpstream, str],
 ) -> None:
     upstream, url = stack
     path = "/v1/x%0d%0aInjected:%20yes"
@@ -114,7 +114,7 @@ def test_a_line_break_in_the_path_never_reaches_the_upstream(
     assert upstream.requests == []
 
 
-def test_ordinary_paths_pass_as_sent(stack: tuple[FakeUpstream, str]) -> None:
+def test_ordinary_paths_pass_as_sent(stack: tuple[MockUpstream, str]) -> None:
     upstream, url = stack
     auth = {"Authorization": f"Bearer {CLIENT_KEY}"}
     assert raw_request(url, "GET", "/v1/models", auth)[0] == 200
@@ -130,7 +130,7 @@ def test_ordinary_paths_pass_as_sent(stack: tuple[FakeUpstream, str]) -> None:
 
 @pytest.mark.parametrize("header", ["authorization", "api-key", "x-api-key"])
 def test_no_client_credential_goes_upstream_next_to_the_operator_key(
-    stack: tuple[FakeUpstream, str], header: str
+    stack: tuple[MockUpstream, str], header: str
 ) -> None:
     upstream, url = stack
     value = f"Bearer {CLIENT_KEY}" if header == "authorization" else CLIENT_KEY
@@ -212,7 +212,7 @@ def test_subpath_keeps_what_is_safe_as_sent(raw: bytes, expected: str) -> None:
 
 
 def test_a_wrong_key_is_refused_before_the_body_is_read(
-    stack: tuple[FakeUpstream, str],
+    stack: tuple[MockUpstream, str],
 ) -> None:
     """A body that would fail parsing gets the 401, not the 400: it was never parsed."""
     _, url = stack
@@ -226,7 +226,7 @@ def test_a_wrong_key_is_refused_before_the_body_is_read(
     assert r.json()["error"]["code"] == "invalid_api_key"
 
 
-def test_a_header_outside_ascii_is_a_400_not_a_502(stack: tuple[FakeUpstream, str]) -> None:
+def test_a_header_outside_ascii_is_a_400_not_a_502(stack: tuple[MockUpstream, str]) -> None:
     upstream, url = stack
     host, port = url.removeprefix("http://").split(":")
     body = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
@@ -245,7 +245,7 @@ def test_a_header_outside_ascii_is_a_400_not_a_502(stack: tuple[FakeUpstream, st
     assert upstream.requests == []
 
 
-def test_content_nested_too_deep_to_re_encode_is_a_400(stack: tuple[FakeUpstream, str]) -> None:
+def test_content_nested_too_deep_to_re_encode_is_a_400(stack: tuple[MockUpstream, str]) -> None:
     """orjson reads 1,024 levels but writes 254: deeper content is the client's error, not a 502."""
     upstream, url = stack
     for depth in (255, 300, 1000):
@@ -277,16 +277,16 @@ def read_all(sock: socket.socket) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def open_proxy() -> Iterator[tuple[FakeUpstream, str]]:
+def open_proxy() -> Iterator[tuple[MockUpstream, str]]:
     """Keyless clients required to send a key, and a short body deadline."""
-    with proxy_before_fake_upstream(
+    with proxy_before_mock_upstream(
         AUTH_REQUIRE_CLIENT_KEY="true", SERVER_BODY_TIMEOUT_S="0.5"
     ) as stack:
         yield stack
 
 
 def test_keyless_requests_are_refused_where_a_key_is_required(
-    open_proxy: tuple[FakeUpstream, str],
+    open_proxy: tuple[MockUpstream, str],
 ) -> None:
     upstream, url = open_proxy
     upstream.requests.clear()
@@ -315,7 +315,7 @@ def test_require_client_key_follows_the_listening_address() -> None:
 
 
 def test_a_body_sent_too_slowly_gets_a_408_and_frees_the_connection(
-    open_proxy: tuple[FakeUpstream, str],
+    open_proxy: tuple[MockUpstream, str],
 ) -> None:
     _, url = open_proxy
     host, port = url.removeprefix("http://").split(":")
@@ -333,7 +333,7 @@ def test_a_body_sent_too_slowly_gets_a_408_and_frees_the_connection(
 
 
 def test_a_client_gone_during_the_body_is_one_info_line(
-    open_proxy: tuple[FakeUpstream, str], caplog: pytest.LogCaptureFixture
+    open_proxy: tuple[MockUpstream, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     _, url = open_proxy
     host, port = url.removeprefix("http://").split(":")
@@ -355,7 +355,7 @@ def test_a_client_gone_during_the_body_is_one_info_line(
 
 
 def test_served_answers_carry_one_date_and_no_upstream_server_header(tmp_path: Path) -> None:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     with run_server(upstream.app) as upstream_url:
         port = free_port()
         process = proxy_process(

@@ -19,11 +19,11 @@ from proxy.config import load_settings
 from proxy.context import AppContext
 from proxy.conversation import tenant_of
 from proxy.fastpath.known import Known
+from proxy.mock import MockUpstream
 from proxy.store import ConvKey, SqliteStore
 from proxy.turn.sessions import OVERHEAD, Branch, Recalled, Sessions
 
 from .factories import system, user
-from .fake_upstream import FakeUpstream, create_fake_upstream
 
 CHAT = "/v1/chat/completions"
 KEY = "sk-sessions"
@@ -114,8 +114,8 @@ def test_weight_counts_what_a_session_holds() -> None:
 
 
 @contextlib.contextmanager
-def proxy(tmp_path: Path, name: str, **env: str) -> Iterator[tuple[TestClient, FakeUpstream]]:
-    upstream = create_fake_upstream()
+def proxy(tmp_path: Path, name: str, **env: str) -> Iterator[tuple[TestClient, MockUpstream]]:
+    upstream = MockUpstream()
     config = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",

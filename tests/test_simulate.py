@@ -10,38 +10,14 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.mock_upstream import (
-    BadRequest,
-    MockUpstream,
-    answer_for,
-    is_summary_request,
-    validate_tool_chains,
-)
 from proxy.simulate import load_transcript, replay, requests_from_messages
 from proxy.simulate_report import Prices
-from tests.factories import assistant, call, system, tool, tool_round, user
+from tests.factories import assistant, system, tool_round, user
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MESSAGES = EXAMPLES / "sample-transcript.jsonl"
 REQUESTS = EXAMPLES / "sample-requests.jsonl"
 ALL = ("summarize", "tokens", "messages", "tiered", "filter", "none")
-
-
-def test_mock_rejects_broken_tool_chains_like_openai() -> None:
-    validate_tool_chains([user("q"), assistant(None, tool_calls=[call("c1")]), tool("c1")])
-    with pytest.raises(BadRequest, match="preceeding"):
-        validate_tool_chains([user("q"), tool("c1")])
-    with pytest.raises(BadRequest, match="c1"):
-        validate_tool_chains([user("q"), assistant(None, tool_calls=[call("c1")]), user("again")])
-
-
-def test_mock_answers_tool_requests_with_a_tool_call_and_summaries_by_marker() -> None:
-    content, tool_call = answer_for([user("please call tool lookup now")])
-    assert content is None and tool_call is not None
-    assert tool_call["function"]["name"] == "lookup"
-    assert answer_for([user("hello")])[0] is not None
-    assert is_summary_request([system("You are the context-proxy summarizer."), user("x")])
-    assert not is_summary_request([system("You are helpful."), user("x")])
 
 
 def test_messages_become_the_requests_an_app_would_have_sent() -> None:
@@ -128,26 +104,6 @@ def test_cached_prefix_grows_while_the_prompt_only_extends() -> None:
     run = replay(load_transcript(REQUESTS), "none")
     cached = [r.cached for r in run.requests]
     assert cached == sorted(cached) and cached[-1] > 0
-
-
-def test_mock_gives_no_cache_below_openais_minimum_prompt() -> None:
-    import asyncio
-
-    import httpx
-
-    async def ask(mock: MockUpstream, messages: list[dict[str, object]]) -> int:
-        transport = httpx.ASGITransport(app=mock.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
-            r = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
-        return int(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
-
-    mock = MockUpstream()
-    short, long = [user("hi")], [user("word " * 2000)]
-    assert asyncio.run(ask(mock, short)) == 0
-    assert asyncio.run(ask(mock, [*short, assistant("x"), user("again")])) == 0
-    assert asyncio.run(ask(mock, long)) == 0
-    assert asyncio.run(ask(mock, [*long, assistant("x"), user("again")])) >= 1024
-    assert mock.calls[-1].extends_previous
 
 
 @pytest.mark.integration

@@ -21,8 +21,7 @@ from starlette.testclient import TestClient
 
 from proxy.app import create_app
 from proxy.config import load_settings
-
-from .fake_upstream import create_fake_upstream
+from proxy.mock import MockUpstream
 
 CHAT = "/v1/chat/completions"
 HEADERS = {"Authorization": "Bearer sk-faults", "X-Conversation-Id": "kept"}
@@ -30,7 +29,7 @@ HEADERS = {"Authorization": "Bearer sk-faults", "X-Conversation-Id": "kept"}
 
 @contextlib.contextmanager
 def proxy(db: Path) -> Iterator[TestClient]:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",

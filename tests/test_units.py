@@ -317,6 +317,34 @@ def test_chain_hashes_diverge_at_an_edit() -> None:
     assert message_hash({"b": 1, "a": 2}) == message_hash({"a": 2, "b": 1})
 
 
+_TEXT = st.text(max_size=20)
+
+
+@given(
+    content=st.one_of(st.none(), _TEXT),
+    nulls=st.sets(st.sampled_from(["refusal", "audio", "function_call", "tool_calls", "name"])),
+    annotated=st.booleans(),
+    other=_TEXT,
+)
+def test_an_answer_resent_with_its_response_fields_hashes_as_stored(
+    content: str | None, nulls: set[str], annotated: bool, other: str
+) -> None:
+    """A client resends an answer as its SDK parsed it: null fields and no annotations."""
+    stored = {"role": "assistant", "content": content or "answer"}
+    resent: dict[str, Any] = {**stored, **dict.fromkeys(nulls)}
+    if annotated:
+        resent["annotations"] = []
+    assert message_hash(resent) == message_hash(stored)
+    if other != stored["content"]:  # what an answer says still tells it apart
+        assert message_hash({**resent, "content": other}) != message_hash(stored)
+    # Other roles keep every field: a null there is the client's to mean.
+    asked = {"role": "user", "content": "q"}
+    assert (message_hash({**asked, "name": None}) == message_hash(asked)) is False
+    assert message_hash({**stored, "annotations": [{"type": "url_citation"}]}) != message_hash(
+        stored
+    )
+
+
 def _prior(tail_start: int, covers: int, leading: int = 1) -> dict[str, Any]:
     state = ReductionState(tail_start, (SummaryBlock("S", covers),))
     return {"leading": leading, "reduction": reduction_to_json(state)}
@@ -486,7 +514,8 @@ import httpx
 from starlette.testclient import TestClient
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.mock_upstream import MockUpstream, offline_counter
+from proxy.mock import MockUpstream
+from proxy.tokens import offline_counter
 settings = load_settings(None, env={}, overrides={
     'upstream': {'base_url': 'http://mock.test/v1'}, 'store': {'backend': 'memory'}})
 app = create_app(settings, transport=httpx.ASGITransport(app=MockUpstream().app),

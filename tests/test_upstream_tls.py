@@ -17,7 +17,8 @@ import openai
 import pytest
 import trustme
 
-from .fake_upstream import create_fake_upstream
+from proxy.mock import MockUpstream
+
 from .servers import free_port, proxy_process, run_server
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
         str(folder / "server.pem")
     )
-    with run_server(create_fake_upstream().app, ssl_certfile=str(folder / "server.pem")) as url:
+    with run_server(MockUpstream().app, ssl_certfile=str(folder / "server.pem")) as url:
         yield url + "/v1", folder / "ca.pem"
 
 

@@ -14,7 +14,7 @@ import openai
 
 sys.path.insert(0, ".")
 
-from tests.fake_upstream import create_fake_upstream
+from proxy.mock import MockUpstream
 from tests.servers import run_server
 
 TOOLS: Any = [
@@ -39,7 +39,7 @@ SCHEMA: Any = {
 
 
 def main() -> None:
-    upstream = create_fake_upstream()
+    upstream = MockUpstream()
     with run_server(upstream.app) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="sk-x", max_retries=0)
         items: list[Any] = [

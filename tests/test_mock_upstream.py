@@ -1,4 +1,4 @@
-"""Tests of the fake OpenAI upstream itself, so proxy tests can trust what it says."""
+"""Tests of the mock upstream itself, so the proxy's tests, demo and bench can trust it."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from tests.fake_upstream import (
-    EMBEDDING_DIMS,
-    FakeUpstream,
-    create_fake_upstream,
+from proxy.mock import ECHO, MockUpstream
+from proxy.mock.chat import (
+    BadRequest,
+    answer_for,
     estimate_tokens,
+    is_summary_request,
+    validate_tool_chains,
 )
+from proxy.mock.embeddings import EMBEDDING_DIMS
+from tests.factories import assistant, call, system, tool, user
 from tests.servers import free_port, run_server
 
 CHAT = "/v1/chat/completions"
@@ -28,12 +32,12 @@ AUTH = {"authorization": "Bearer sk-test"}
 
 
 @pytest.fixture
-def fake() -> FakeUpstream:
-    return create_fake_upstream()
+def fake() -> MockUpstream:
+    return MockUpstream()
 
 
 @pytest.fixture
-def client(fake: FakeUpstream) -> Iterator[TestClient]:
+def client(fake: MockUpstream) -> Iterator[TestClient]:
     with TestClient(fake.app) as test_client:
         yield test_client
 
@@ -70,7 +74,7 @@ USER = {"role": "user", "content": "hello"}
 # -- non-streaming answers --------------------------------------------------------------------
 
 
-def test_echo_completion_has_openai_shape(client: TestClient, fake: FakeUpstream) -> None:
+def test_echo_completion_has_openai_shape(client: TestClient, fake: MockUpstream) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
     response = chat(client, messages)
     assert response.status_code == 200
@@ -86,7 +90,7 @@ def test_echo_completion_has_openai_shape(client: TestClient, fake: FakeUpstream
     assert chat(client, messages).json() == body  # deterministic
 
 
-def test_records_method_path_query_headers_and_body(client: TestClient, fake: FakeUpstream) -> None:
+def test_records_method_path_query_headers_and_body(client: TestClient, fake: MockUpstream) -> None:
     client.post(
         CHAT + "?x=1", json={"model": "m", "messages": [USER]}, headers={**AUTH, "X-Foo": "y"}
     )
@@ -176,7 +180,7 @@ def test_accepts_whole_tool_chains_in_any_result_order(client: TestClient) -> No
     assert chat(client, messages).status_code == 200
 
 
-def test_context_limit(fake: FakeUpstream, client: TestClient) -> None:
+def test_context_limit(fake: MockUpstream, client: TestClient) -> None:
     messages = [{"role": "user", "content": "x" * 400}]
     fake.context_limits["gpt-4o-mini"] = estimate_tokens(messages)
     assert chat(client, messages).status_code == 200
@@ -202,7 +206,7 @@ def test_error_models(client: TestClient, model: str, status: int) -> None:
 
 
 def test_fail_next_is_a_queue_for_chat_requests_only(
-    fake: FakeUpstream, client: TestClient
+    fake: MockUpstream, client: TestClient
 ) -> None:
     fake.fail_next(503, {"error": {"message": "busy"}}, {"retry-after": "1"})
     fake.fail_next(429)
@@ -218,13 +222,13 @@ def test_fail_next_is_a_queue_for_chat_requests_only(
     assert chat(client, [USER]).status_code == 200
 
 
-def test_summarizer_requests(client: TestClient, fake: FakeUpstream) -> None:
+def test_summarizer_requests(client: TestClient, fake: MockUpstream) -> None:
     summary = [
         {"role": "system", "content": "You are the context-proxy summarizer. Summarise."},
         {"role": "user", "content": "user: I like tea\nassistant: noted"},
     ]
     answer = chat(client, summary).json()["choices"][0]["message"]["content"]
-    assert answer == "SUMMARY[2 messages; last: user: I like tea\nassistant: noted]"
+    assert answer == "SUMMARY[33 characters; last: user: I like tea\nassistant: noted]"
     chat(client, [USER])
     assert fake.summary_requests() == [fake.requests[0].body]
     assert fake.chat_requests() == [fake.requests[1].body]
@@ -237,7 +241,7 @@ def test_summarizer_requests(client: TestClient, fake: FakeUpstream) -> None:
     assert (fake.requests, fake.summarizer_down) == ([], False)
 
 
-def test_slow(fake: FakeUpstream, client: TestClient) -> None:
+def test_slow(fake: MockUpstream, client: TestClient) -> None:
     fake.slow_s = 0.2
     started = time.monotonic()
     assert chat(client, [USER]).status_code == 200
@@ -293,10 +297,10 @@ def test_stream_tool_call(client: TestClient) -> None:
 # -- other endpoints --------------------------------------------------------------------------
 
 
-def test_models_embeddings_and_unknown_paths(client: TestClient, fake: FakeUpstream) -> None:
+def test_models_embeddings_and_unknown_paths(client: TestClient, fake: MockUpstream) -> None:
     models = client.get("/v1/models").json()
     assert models["object"] == "list"
-    assert {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "fake"} in models[
+    assert {"id": "gpt-4o-mini", "object": "model", "created": 0, "owned_by": "mock"} in models[
         "data"
     ]
     assert client.get("/v1/models/gpt-4o-mini").json()["id"] == "gpt-4o-mini"
@@ -325,8 +329,8 @@ def test_models_embeddings_and_unknown_paths(client: TestClient, fake: FakeUpstr
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[FakeUpstream, openai.OpenAI]]:
-    fake = create_fake_upstream(chunk_delay_s=0.05)
+def served() -> Iterator[tuple[MockUpstream, openai.OpenAI]]:
+    fake = MockUpstream(chunk_delay_s=0.05)
     with (
         run_server(fake.app) as url,
         openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as oai,
@@ -336,7 +340,7 @@ def served() -> Iterator[tuple[FakeUpstream, openai.OpenAI]]:
 
 @pytest.mark.integration
 def test_openai_client_round_trip_and_what_it_sends_back(
-    served: tuple[FakeUpstream, openai.OpenAI],
+    served: tuple[MockUpstream, openai.OpenAI],
 ) -> None:
     fake, oai = served
     messages: list[Any] = [{"role": "user", "content": "please call tool get_weather in Paris"}]
@@ -377,7 +381,7 @@ def test_openai_client_round_trip_and_what_it_sends_back(
 
 
 @pytest.mark.integration
-def test_openai_client_streams_incrementally(served: tuple[FakeUpstream, openai.OpenAI]) -> None:
+def test_openai_client_streams_incrementally(served: tuple[MockUpstream, openai.OpenAI]) -> None:
     _, oai = served
     stream = oai.chat.completions.create(
         model="gpt-4o-mini",
@@ -398,7 +402,7 @@ def test_openai_client_streams_incrementally(served: tuple[FakeUpstream, openai.
 
 @pytest.mark.integration
 def test_openai_client_reassembles_a_streamed_tool_call(
-    served: tuple[FakeUpstream, openai.OpenAI],
+    served: tuple[MockUpstream, openai.OpenAI],
 ) -> None:
     _, oai = served
     messages: Any = [{"role": "user", "content": "call tool lookup the capital of France"}]
@@ -414,7 +418,7 @@ def test_openai_client_reassembles_a_streamed_tool_call(
 
 
 @pytest.mark.integration
-def test_openai_client_sees_errors(served: tuple[FakeUpstream, openai.OpenAI]) -> None:
+def test_openai_client_sees_errors(served: tuple[MockUpstream, openai.OpenAI]) -> None:
     _, oai = served
     with pytest.raises(openai.RateLimitError) as rate_limited:
         oai.chat.completions.create(model="error-429", messages=[USER])  # type: ignore[list-item]
@@ -431,10 +435,171 @@ def test_run_server_is_reusable_and_leaks_no_threads() -> None:
     before = threading.active_count()
     port = free_port()
     for _ in range(3):
-        fake = create_fake_upstream()
+        fake = MockUpstream()
         with run_server(fake.app, port=port) as url:
             assert url == f"http://127.0.0.1:{port}"
             assert httpx.get(f"{url}/v1/models").status_code == 200
-    with run_server(create_fake_upstream().app) as url:
+    with run_server(MockUpstream().app) as url:
         assert httpx.get(f"{url}/v1/models/gpt-4o").json()["id"] == "gpt-4o"
     assert threading.active_count() == before
+
+
+def test_mock_rejects_broken_tool_chains_like_openai() -> None:
+    validate_tool_chains([user("q"), assistant(None, tool_calls=[call("c1")]), tool("c1")])
+    with pytest.raises(BadRequest, match="preceeding"):
+        validate_tool_chains([user("q"), tool("c1")])
+    with pytest.raises(BadRequest, match="c1"):
+        validate_tool_chains([user("q"), assistant(None, tool_calls=[call("c1")]), user("again")])
+
+
+def test_mock_answers_tool_requests_with_a_tool_call_and_summaries_by_marker() -> None:
+    content, tool_call = answer_for([user("please call tool lookup now")], ECHO)
+    assert content is None and tool_call is not None
+    assert tool_call["function"]["name"] == "lookup"
+    assert answer_for([user("hello")], ECHO)[0] is not None
+    assert is_summary_request(
+        {"messages": [system("You are the context-proxy summarizer."), user("x")]}
+    )
+    assert not is_summary_request({"messages": [system("You are helpful."), user("x")]})
+
+
+def test_mock_gives_no_cache_below_openais_minimum_prompt() -> None:
+    import asyncio
+
+    import httpx
+
+    async def ask(mock: MockUpstream, messages: list[dict[str, object]]) -> int:
+        transport = httpx.ASGITransport(app=mock.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
+            r = await client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+        return int(r.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    mock = MockUpstream()
+    short, long = [user("hi")], [user("word " * 2000)]
+    assert asyncio.run(ask(mock, short)) == 0
+    assert asyncio.run(ask(mock, [*short, assistant("x"), user("again")])) == 0
+    assert asyncio.run(ask(mock, long)) == 0
+    assert asyncio.run(ask(mock, [*long, assistant("x"), user("again")])) >= 1024
+    assert mock.calls[-1].extends_previous
+
+
+ANTHROPIC_HEADERS = {"x-api-key": "sk-ant", "anthropic-version": "2023-06-01"}
+
+
+def messages_call(client: TestClient, messages: list[Any]) -> httpx.Response:
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages}
+    return client.post("/v1/messages", json=body, headers=ANTHROPIC_HEADERS)
+
+
+def test_messages_rejects_what_anthropic_rejects(client: TestClient) -> None:
+    ask = {"role": "user", "content": "call tool search please"}
+    first = messages_call(client, [ask])
+    assert first.status_code == 200
+    thinking, use = first.json()["content"]
+    assert thinking["signature"].startswith("sig_") and use["type"] == "tool_use"
+    result = {"type": "tool_result", "tool_use_id": use["id"], "content": "42"}
+    answered = [ask, {"role": "assistant", "content": [thinking, use]}]
+    ok = messages_call(client, [*answered, {"role": "user", "content": [result]}])
+    assert ok.json()["content"][0]["text"] == "Tool said: 42"
+    edited = {**thinking, "thinking": thinking["thinking"] + " (edited)"}
+    broken = {
+        "no result": [*answered, {"role": "user", "content": "next"}],
+        "edited thinking": [
+            ask,
+            {"role": "assistant", "content": [edited, use]},
+            {"role": "user", "content": [result]},
+        ],
+        "same role twice": [ask, ask],
+        "assistant first": [{"role": "assistant", "content": "hi"}],
+    }
+    for name, messages in broken.items():
+        refused = messages_call(client, messages)
+        assert refused.status_code == 400, name
+        assert refused.json()["type"] == "error", name
+    # A signature from a recorded transcript (Anthropic's, not this mock's) cannot be checked.
+    foreign = {**thinking, "signature": "EqQBCkgIARABGAIiQL..."}
+    replayed = [ask, {"role": "assistant", "content": [foreign, use]}]
+    assert messages_call(client, [*replayed, {"role": "user", "content": [result]}]).is_success
+
+
+def test_responses_rejects_an_output_without_its_call(client: TestClient) -> None:
+    body: dict[str, Any] = {"model": "gpt-4o", "input": "call tool lookup"}
+    first = client.post("/v1/responses", json=body, headers=AUTH).json()
+    reasoning, function_call = first["output"]
+    output = {"type": "function_call_output", "call_id": function_call["call_id"], "output": "7"}
+    whole = {"model": "gpt-4o", "input": [reasoning, function_call, output]}
+    answer = client.post("/v1/responses", json=whole, headers=AUTH).json()
+    assert answer["output"][0]["content"][0]["text"] == "Tool said: 7"
+    orphan = {"model": "gpt-4o", "input": [output]}
+    refused = client.post("/v1/responses", json=orphan, headers=AUTH)
+    assert refused.status_code == 400
+    assert "No tool call found" in refused.json()["error"]["message"]
+
+
+def test_prose_voice_and_bills_with_the_proxys_count() -> None:
+    from proxy.mock import PROSE
+    from proxy.tokens import offline_counter
+
+    counter = offline_counter()
+    mock = MockUpstream(voice=PROSE, counter=counter)
+    messages = [{"role": "user", "content": "How do I roll out the migration?"}]
+    with TestClient(mock.app) as client:
+        body = chat(client, messages).json()
+    assert body["choices"][0]["message"]["content"].startswith("About \u201cHow do I roll")
+    assert body["usage"]["prompt_tokens"] == counter.count_messages("gpt-4o-mini", messages)
+    assert [c.prompt_tokens for c in mock.calls] == [body["usage"]["prompt_tokens"]]
+
+
+def test_canned_answers_are_what_the_proxy_reads() -> None:
+    """The bench's fast path answers in each route's shape, summaries included."""
+    from proxy.dialects.anthropic_answer import message_from_body
+    from proxy.mock import canned
+
+    app = canned.app()
+    with TestClient(app) as client:
+        whole = client.post(CHAT, content=b'{"messages":[]}').json()
+        assert whole["choices"][0]["message"]["content"] == canned.ANSWER
+        summary = client.post(CHAT, content=b'{"m":"context-proxy summarizer"}').json()
+        assert summary["choices"][0]["message"]["content"] == canned.SUMMARY
+        streamed = client.post(CHAT, content=b'{"stream":true}')
+        assert streamed.headers["content-type"] == "text/event-stream"
+        assert streamed.text.endswith("data: [DONE]\n\n")
+        texts = [
+            json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            for line in streamed.text.split("\n\n")
+            if line.startswith("data: {")
+        ]
+        assert "".join(texts) == canned.ANSWER
+        read = message_from_body(client.post("/v1/messages", content=b"{}").json())
+        assert read is not None and read["content"][0]["text"] == canned.ANSWER
+        response = client.post("/v1/responses", content=b"{}").json()
+        assert response["output"][0]["content"][0]["text"] == canned.ANSWER
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("mode", [[], ["--canned"]])
+def test_the_mock_runs_on_its_own_as_the_bench_starts_it(mode: list[str]) -> None:
+    import subprocess
+    import sys
+
+    from proxy.mock import canned
+
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "proxy.mock", "--port", str(port), *mode])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/v1/models", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.1)
+        body = {"model": "gpt-4o", "messages": [USER]}
+        answer = httpx.post(url + CHAT, json=body, headers=AUTH).json()
+        said = answer["choices"][0]["message"]["content"]
+        assert said == (canned.ANSWER if mode else "Echo: hello")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

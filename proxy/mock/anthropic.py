@@ -1,17 +1,16 @@
-"""The fake upstream's `/v1/messages`: validates a request as Anthropic does, answers
-deterministically.
+"""The mock's `/v1/messages`: Anthropic's validation of a request, answers and event stream.
 
 Checks: `x-api-key` (or a bearer token) and `anthropic-version` headers;
 `model`, a positive `max_tokens`, `system` a string or text blocks; messages
 that start with a user message and alternate; every `tool_use` answered by
 a `tool_result` at the start of the next user message, and every result
 answering a call of the message before; thinking blocks first in their
-message, with the signature this fake gave them; at most four
+message, with the signature this mock gave them (a signature
+it never issues, from a recorded transcript, passes unchecked); at most four
 `cache_control` breakpoints; the prompt and `max_tokens` within the model's
 window (`context_limits`, four characters a token). A last user message
 containing "call tool NAME" gets a thinking block and a call to NAME; a
-last tool result "Tool said: ..."; anything else "Echo: ..."; a request
-whose system is the proxy's summariser's gets "SUMMARY[...]". Streams
+last tool result or user message gets the voice's answer to it. Streams
 carry Anthropic's event sequence.
 """
 
@@ -23,23 +22,37 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from .voice import Voice, tool_name
 
 Json = dict[str, Any]
-SUMMARIZER_MARKER = "context-proxy summarizer"
 
 
 class Invalid(Exception):
-    pass
+    """A request Anthropic would answer with 400 `invalid_request_error`."""
 
 
-def error(status: int, message: str, kind: str = "invalid_request_error") -> Response:
-    body = {"type": "error", "error": {"type": kind, "message": message}}
-    return JSONResponse(body, status_code=status)
+def error_body(message: str, kind: str = "invalid_request_error") -> Json:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+_SIGNED = "sig_"
 
 
 def signature(thinking: str) -> str:
-    return "sig_" + hashlib.sha256(thinking.encode()).hexdigest()[:24]
+    """The signature this mock gives a thinking block (and checks when it comes back)."""
+    return _SIGNED + hashlib.sha256(thinking.encode()).hexdigest()[:24]
+
+
+def signed(block: Json) -> bool:
+    """Whether a thinking block is as this mock gave it.
+
+    A signature this mock never issues (one Anthropic gave a recorded
+    transcript that `simulate` replays) cannot be checked here, so it passes.
+    """
+    given = block.get("signature")
+    if not isinstance(given, str) or not given.startswith(_SIGNED):
+        return isinstance(given, str) and bool(given)
+    return given == signature(str(block.get("thinking", "")))
 
 
 def blocks(message: Json) -> list[Json]:
@@ -69,6 +82,7 @@ def breakpoints(value: Any) -> int:
 
 
 def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> list[Json]:
+    """The request's messages, or Invalid the way Anthropic's /v1/messages rejects it."""
     if not (headers.get("x-api-key") or headers.get("authorization")):
         raise Invalid("x-api-key header is required")
     if not headers.get("anthropic-version"):
@@ -118,9 +132,7 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
                 if b.get("type") in ("thinking", "redacted_thinking"):
                     if seen_other:
                         raise Invalid(f"messages.{i}: thinking blocks must come first")
-                    if b.get("type") == "thinking" and b.get("signature") != signature(
-                        str(b.get("thinking", ""))
-                    ):
+                    if b.get("type") == "thinking" and not signed(b):
                         raise Invalid(f"messages.{i}: Invalid `signature` in `thinking` block")
                 else:
                     seen_other = True
@@ -137,53 +149,27 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     return messages
 
 
-def content_for(messages: list[Json], digest: str) -> tuple[list[Json], str]:
+def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[Json], str]:
+    """The content blocks answering the last message, and the stop reason."""
     last = messages[-1]
     results = [b for b in blocks(last) if b.get("type") == "tool_result"]
     if results:
-        return [{"type": "text", "text": f"Tool said: {text_of(last)[:50]}"}], "end_turn"
+        return [{"type": "text", "text": voice.tool_reply(text_of(last))}], "end_turn"
     text = text_of(last)
-    match = re.search(r"call tool\s*(\w*)", text, re.IGNORECASE)
-    if match:
-        name = match.group(1) or "lookup"
+    name = tool_name(text)
+    if name:
         thought = f"The user wants {name}; I will call it ({digest[:6]})."
+        arguments = json.loads(voice.arguments(text))
         return [
             {"type": "thinking", "thinking": thought, "signature": signature(thought)},
-            {"type": "tool_use", "id": f"toolu_{digest}", "name": name, "input": {"q": text[:60]}},
+            {"type": "tool_use", "id": f"toolu_{digest}", "name": name, "input": arguments},
         ], "tool_use"
-    return [{"type": "text", "text": f"Echo: {text[:200]}"}], "end_turn"
-
-
-def answer(body: Any, raw: bytes, headers: Mapping[str, str], windows: dict[str, int]) -> Response:
-    if not isinstance(body, dict):
-        return error(400, "The request body is not valid JSON.")
-    try:
-        messages = validate(body, headers, windows)
-    except Invalid as exc:
-        return error(400, str(exc))
-    digest = hashlib.sha256(raw).hexdigest()[:16]
-    if SUMMARIZER_MARKER in json.dumps(body.get("system") or ""):
-        content = [{"type": "text", "text": f"SUMMARY[{len(text_of(messages[-1]))} characters]"}]
-        stop = "end_turn"
-    else:
-        content, stop = content_for(messages, digest)
-    size = len(raw) // 4
-    final = {
-        "id": f"msg_{digest}",
-        "type": "message",
-        "role": "assistant",
-        "model": body["model"],
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": {"input_tokens": size, "output_tokens": 8},
-    }
-    if body.get("stream"):
-        return StreamingResponse(events(final), media_type="text/event-stream")
-    return JSONResponse(final)
+    return [{"type": "text", "text": voice.reply(text)}], "end_turn"
 
 
 async def events(final: Json) -> AsyncIterator[bytes]:
+    """Anthropic's stream of a message: message_start, the blocks' deltas, message_stop."""
+
     def event(kind: str, **fields: Any) -> bytes:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
 

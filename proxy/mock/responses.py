@@ -1,53 +1,39 @@
-"""The fake upstream's `/v1/responses`: validates input as OpenAI does, answers deterministically.
+"""The mock's `/v1/responses`: OpenAI's validation of input items, answers and event stream.
 
 Checks: items are well-formed; every `function_call_output` follows its
 `function_call` and every call has its output; a reasoning item is followed
 by the item it belongs to; instructions, input and tools fit the model's
 window (`context_limits`, estimated at four characters a token);
-`previous_response_id` names a response this fake gave. A last user message
-containing "call tool NAME" gets a reasoning item and a call to NAME, a last
-function output "Tool said: ...", anything else "Echo: ..."; a request whose
-instructions are the proxy's summariser's gets "SUMMARY[...]". Streams carry
+`previous_response_id` names a response this mock gave. A last user message
+containing "call tool NAME" gets a reasoning item and a call to NAME; a last
+function output or user message gets the voice's answer to it. Streams carry
 OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from .chat import text_of
+from .voice import Voice, tool_name
 
 Json = dict[str, Any]
 ROLES = ("user", "assistant", "system", "developer")
-SUMMARIZER_MARKER = "context-proxy summarizer"
 
 
 class Invalid(Exception):
+    """Input OpenAI would answer with 400, with the parameter and code it names."""
+
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.param, self.code = param, code
 
 
-def error(status: int, message: str, param: str | None = None, code: str | None = None) -> Response:
-    body = {
-        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-    }
-    return JSONResponse(body, status_code=status)
-
-
-def text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
+    """The input items, or Invalid the way OpenAI's /v1/responses rejects them."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise Invalid("Missing required parameter: 'model'.", "model")
     items = body.get("input")
@@ -105,14 +91,14 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
     return items
 
 
-def output_for(items: list[Json], digest: str) -> list[Json]:
+def output_for(items: list[Json], digest: str, voice: Voice) -> list[Json]:
+    """The output items answering the input's last item."""
     last = items[-1]
     kind = last.get("type", "message")
     if kind == "message" and last.get("role") == "user":
         text = text_of(last.get("content"))
-        match = re.search(r"call tool\s*(\w*)", text, re.IGNORECASE)
-        if match:
-            name = match.group(1) or "lookup"
+        name = tool_name(text)
+        if name:
             return [
                 {
                     "id": f"rs_{digest}",
@@ -125,12 +111,12 @@ def output_for(items: list[Json], digest: str) -> list[Json]:
                     "status": "completed",
                     "call_id": f"call_{digest}",
                     "name": name,
-                    "arguments": json.dumps({"q": text[:60]}),
+                    "arguments": voice.arguments(text),
                 },
             ]
-        answer = f"Echo: {text[:200]}"
+        answer = voice.reply(text)
     elif kind == "function_call_output":
-        answer = f"Tool said: {text_of(last.get('output'))[:50]}"
+        answer = voice.tool_reply(text_of(last.get("output")))
     else:
         answer = "Noted."
     return [message(digest, answer)]
@@ -147,8 +133,18 @@ def message(digest: str, text: str) -> Json:
     }
 
 
-def response_object(body: Json, digest: str, output: list[Json], status: str) -> Json:
+def response_object(
+    body: Json, digest: str, output: list[Json], status: str, usage: Json | None = None
+) -> Json:
+    """The Response OpenAI returns, with `usage` or an estimate (four characters a token)."""
     size = len(json.dumps(body.get("input"))) // 4
+    estimate = {
+        "input_tokens": size,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 8,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": size + 8,
+    }
     return {
         "id": f"resp_{digest}",
         "object": "response",
@@ -170,37 +166,14 @@ def response_object(body: Json, digest: str, output: list[Json], status: str) ->
         "tools": body.get("tools") or [],
         "top_p": 1.0,
         "truncation": "disabled",
-        "usage": {
-            "input_tokens": size,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 8,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": size + 8,
-        },
+        "usage": usage or estimate,
         "user": None,
         "metadata": {},
     }
 
 
-def answer(body: Any, raw: bytes, windows: dict[str, int], known: set[str]) -> Response:
-    try:
-        items = validate(body, windows, known)
-    except Invalid as exc:
-        return error(400, str(exc), exc.param, exc.code)
-    digest = hashlib.sha256(raw).hexdigest()[:16]
-    if SUMMARIZER_MARKER in str(body.get("instructions")):
-        text = f"SUMMARY[{len(text_of(items[-1].get('content')))} characters summarised]"
-        output = [message(digest, text)]
-    else:
-        output = output_for(items, digest)
-    known.add(f"resp_{digest}")
-    final = response_object(body, digest, output, "completed")
-    if body.get("stream"):
-        return StreamingResponse(events(body, digest, final), media_type="text/event-stream")
-    return JSONResponse(final)
-
-
-async def events(body: Json, digest: str, final: Json) -> AsyncIterator[bytes]:
+async def events(final: Json) -> AsyncIterator[bytes]:
+    """The events of a streamed Response, from `response.created` to `response.completed`."""
     sequence = 0
 
     def event(kind: str, **fields: Any) -> bytes:
