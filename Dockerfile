@@ -9,10 +9,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-# The runtime only (serve and its Redis backend): the demo tools and embedding
-# recall are extras. tiktoken's encodings are fetched now, at build time, so a
-# container without internet access still counts tokens exactly.
-RUN pip install '.[redis]' \
+# The runtime only (serve, its Redis backend and the reqwest transport, which has
+# wheels for this glibc image): the demo tools and embedding recall are extras.
+# tiktoken's encodings are fetched now, at build time, so a container without
+# internet access still counts tokens exactly.
+RUN pip install '.[redis,reqwest]' \
  && python -c "import tiktoken; [tiktoken.get_encoding(n) for n in ('o200k_base', 'cl100k_base')]" \
  && chmod -R a+rX /opt/tiktoken \
  && useradd --system --uid 10001 --home-dir /data --create-home proxy

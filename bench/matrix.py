@@ -19,9 +19,9 @@ from .procs import Server
 FLOORS = ("httpx", "httpx-aiohttp", "aiohttp")
 BASELINES = ("direct", *FLOORS)
 LITELLM = "litellm"  # measured only where installed (see bench/litellm.py), small bodies only
-# The proxy's settings that a choice rests on, measured against its defaults
+# The proxy's settings that a choice rests on, measured against the bench's proxy
 # (SQLite, one worker, the reqwest transport): what `--workers 2` gives on this
-# machine, and what pyreqwest earns over aiohttp for whole answers.
+# machine, and what pyreqwest earns over aiohttp (a plain install's) for whole answers.
 VARIANTS = {
     "proxy-2w": {"CONTEXT_PROXY_SERVER_WORKERS": "2"},
     "proxy-aiohttp": {"CONTEXT_PROXY_UPSTREAM_TRANSPORT": "aiohttp"},

@@ -137,13 +137,14 @@ def render(
         "(dir = client straight to the mock; hx, hxa, aio = pass-through floors: "
         "httpx default transport, httpx over httpx-aiohttp, raw aiohttp).\n"
         "For req/s higher is better; for latency and CPU lower is better. "
-        "proxy = SQLite store, proxy-memory = memory store, proxy-2w = SQLite with "
-        "`--workers 2`, proxy-aiohttp = SQLite with upstream.transport = aiohttp."
+        "proxy = SQLite store and the reqwest transport (the bench extra installs "
+        "pyreqwest), proxy-memory = memory store, proxy-2w = SQLite with `--workers 2`, "
+        "proxy-aiohttp = SQLite with the aiohttp transport (a plain install's)."
     )
     out += _table(header, rows)
     if variants:
         out.append("")
-        out.append("Settings against the default proxy (SQLite, 1 worker, reqwest), same cells:")
+        out.append("Settings against the proxy (SQLite, 1 worker, reqwest), same cells:")
         variant_rows = []
         for group in cells(litellm, variants):
             for cell in group:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import transports
 from .errors import ConfigError
 from .reduction.types import MASK_THEN, STRATEGIES, is_strategy
 from .settings import ENV_PREFIX, SECTIONS, Settings
@@ -166,9 +167,14 @@ def _validate(s: Settings) -> None:
         "must be an http:// or https:// URL",
     )
     check(
-        s.upstream.transport in ("reqwest", "aiohttp", "httpx"),
+        s.upstream.transport in transports.KINDS,
         "upstream.transport",
-        "must be reqwest, aiohttp or httpx",
+        "must be " + ", ".join(transports.KINDS[:-1]) + " or " + transports.KINDS[-1],
+    )
+    check(
+        s.upstream.transport != "reqwest" or transports.has_reqwest(),
+        "upstream.transport",
+        "reqwest needs pyreqwest: pip install 'context-proxy[reqwest]'",
     )
     check(
         s.anthropic.base_url.startswith(("http://", "https://")),

@@ -88,10 +88,11 @@ class UpstreamSettings:
         default=16 * 1024 * 1024,
     )
     transport: str = _doc(
-        "reqwest (pyreqwest, Rust on a thread of its own, for whole answers; streamed "
-        "ones through aiohttp) | aiohttp (everything; for platforms without pyreqwest "
-        "wheels, such as musl) | httpx (httpcore's own pool).",
-        default="reqwest",
+        "auto (reqwest when the `reqwest` extra is installed, else aiohttp) | aiohttp "
+        "(aiohttp's pool for everything) | reqwest (pyreqwest, Rust on a thread of its "
+        "own, for whole answers; streamed ones through aiohttp; needs "
+        "`pip install 'context-proxy[reqwest]'`) | httpx (httpcore's own pool).",
+        default="auto",
     )
 
 

@@ -142,7 +142,7 @@ async def test_a_json_answer_reads_whole_or_relays_raw(server: str, kind: str) -
 
 
 @pytest.mark.asyncio
-async def test_event_streams_take_aiohttp_by_default(
+async def test_event_streams_take_aiohttp_under_reqwest(
     server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """pyreqwest's per-chunk hand-over costs more than it saves on streams: see transports/."""
@@ -165,6 +165,35 @@ async def test_event_streams_take_aiohttp_by_default(
     async with client("aiohttp") as http:
         await http.send(http.post_request(url, b"{}", {}, events=True))
     assert took[2:] == ["aiohttp"]
+
+
+def test_auto_takes_reqwest_only_where_its_extra_is_installed() -> None:
+    """A plain install has no pyreqwest: `auto` is aiohttp, and asking for reqwest says why not."""
+    import subprocess
+    import sys
+
+    made, events = transports.create("auto", httpx.Limits(), httpx.Timeout(5))
+    assert isinstance(made, ReqwestTransport) and isinstance(events, AiohttpTransport)
+    script = (
+        "import sys\n"
+        "sys.modules['pyreqwest'] = None  # as if the reqwest extra were not installed\n"
+        "import httpx\n"
+        "from proxy import transports\n"
+        "from proxy.config import load_settings\n"
+        "from proxy.errors import ConfigError\n"
+        "made, events = transports.create('auto', httpx.Limits(), httpx.Timeout(5))\n"
+        "print(type(made).__name__, events)\n"
+        "try:\n"
+        "    load_settings(env={'CONTEXT_PROXY_UPSTREAM_TRANSPORT': 'reqwest'})\n"
+        "except ConfigError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    lines = done.stdout.splitlines()
+    assert lines[0] == "AiohttpTransport None", done.stdout + done.stderr
+    assert "pip install 'context-proxy[reqwest]'" in lines[1]
 
 
 def test_pass_through_routes_take_the_event_stream_transport(

@@ -4,16 +4,20 @@ httpx stays the client API (respx mocks it in tests; the summariser and the
 pass-through routes use it), but httpcore's pool checks every idle socket on
 every request, which caps a busy proxy. Underneath it sits one of:
 
-- `reqwest` (the default): pyreqwest (`over_reqwest.py`), Rust's reqwest and
-  hyper, for answers read whole; its connections, parsing and timers run on
-  a Tokio thread of its own, so the event loop's thread, where a busy proxy
-  runs out of CPU first, does a fraction of aiohttp's work a request. Event
-  streams (a chat request with `"stream": true`) go through aiohttp's pool
-  instead: every chunk pyreqwest hands over is a wake-up from its thread
-  that takes the GIL back, and with many concurrent streams those wake-ups
-  cost more than the other thread saves.
-- `aiohttp` (`over_aiohttp.py`): aiohttp's pool for everything, for platforms
-  pyreqwest has no wheel for (musl).
+- `aiohttp` (`over_aiohttp.py`): aiohttp's pool for everything. What a plain
+  install uses: aiohttp is well kept, widely used and has wheels everywhere.
+- `reqwest` (the `reqwest` extra): pyreqwest (`over_reqwest.py`), Rust's
+  reqwest and hyper, for answers read whole; its connections, parsing and
+  timers run on a Tokio thread of its own, so the event loop's thread, where
+  a busy proxy runs out of CPU first, does a fraction of aiohttp's work a
+  request (`docs/performance.md` has what that buys). Event streams (a chat
+  request with `"stream": true`) go through aiohttp's pool instead: every
+  chunk pyreqwest hands over is a wake-up from its thread that takes the GIL
+  back, and with many concurrent streams those wake-ups cost more than the
+  other thread saves. pyreqwest is young and has no musl wheel, so it is
+  opt-in.
+- `auto` (the default): reqwest when pyreqwest is installed, else aiohttp,
+  as uvicorn picks uvloop when it is there.
 - `httpx`: httpcore's own pool.
 
 Both of ours read an answer of known, modest length whole before handing it
@@ -24,10 +28,13 @@ both map their errors to the httpx exception that names them.
 
 from __future__ import annotations
 
+import importlib.util
 import ssl
 from collections.abc import Sequence
 
 import httpx
+
+KINDS = ("auto", "aiohttp", "reqwest", "httpx")
 
 # An answer up to this size with a Content-Length is read whole before it is
 # handed over: a chat completion is a few KB, and the proxy keeps it anyway.
@@ -96,11 +103,16 @@ def create(
         return httpx.AsyncHTTPTransport(limits=limits), None
     from .over_aiohttp import AiohttpTransport
 
-    if kind == "aiohttp":
+    if kind == "aiohttp" or (kind == "auto" and not has_reqwest()):
         return AiohttpTransport(limits), None
     from .over_reqwest import ReqwestTransport
 
     return ReqwestTransport(limits, timeout), AiohttpTransport(limits)
+
+
+def has_reqwest() -> bool:
+    """Whether pyreqwest (the `reqwest` extra) is installed."""
+    return importlib.util.find_spec("pyreqwest") is not None
 
 
 def trusted() -> ssl.SSLContext:
