@@ -1,3 +1,5 @@
+"""`python -m proxy`: the `context-proxy` command line."""
+
 from proxy.cli import main
 
 raise SystemExit(main())
