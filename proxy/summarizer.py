@@ -173,7 +173,8 @@ class Summarizer:
             found = {k: given[k] for k in ANTHROPIC_SIDE_CALL_HEADERS if k in given}
             if not from_anthropic:
                 found = {k: v for k, v in found.items() if k == "anthropic-version"}
-            if route is not None and route.api_key:
+            if route is not None and route.api_key:  # the operator's key, and none of the client's
+                found = {k: v for k, v in found.items() if k == "anthropic-version"}
                 found["x-api-key"] = route.api_key
             if route is not None:
                 found.setdefault("anthropic-version", route.version)

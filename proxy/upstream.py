@@ -375,7 +375,9 @@ def bearer_token(headers: Mapping[str, str]) -> str:
 # What of a client's forwarded headers the proxy's own calls carry: whom to bill, nothing
 # else, and only the provider's own (an Anthropic key never goes to OpenAI).
 SIDE_CALL_HEADERS = ("authorization", "api-key", "openai-organization", "openai-project")
-ANTHROPIC_SIDE_CALL_HEADERS = ("x-api-key", "authorization", "anthropic-version")
+# anthropic-beta goes with the client's own credentials: an OAuth token is refused without
+# its beta flag.
+ANTHROPIC_SIDE_CALL_HEADERS = ("x-api-key", "authorization", "anthropic-version", "anthropic-beta")
 
 
 class SideCallFailed(Exception):

@@ -148,7 +148,11 @@ def routed(
     )
 
 
-ANTHROPIC_CLIENT = {"authorization": "Bearer sk-ant-client", "anthropic-version": "2023-06-01"}
+ANTHROPIC_CLIENT = {
+    "authorization": "Bearer sk-ant-client",
+    "anthropic-version": "2023-06-01",
+    "anthropic-beta": "oauth-2025-04-20",  # an OAuth token is refused without it
+}
 OPENAI_CLIENT = {"authorization": "Bearer sk-openai-client"}
 
 
@@ -162,8 +166,18 @@ OPENAI_CLIENT = {"authorization": "Bearer sk-openai-client"}
             ANTHROPIC_CLIENT,
             {},
             "http://claude/v1/messages",
-            {"authorization": "Bearer sk-ant-client"},
+            {"authorization": "Bearer sk-ant-client", "anthropic-beta": "oauth-2025-04-20"},
             (),
+        ),
+        # an operator key replaces the client's credentials and their beta flags
+        (
+            "auto",
+            "anthropic",
+            ANTHROPIC_CLIENT,
+            {"anthropic_key": "sk-ant-op"},
+            "http://claude/v1/messages",
+            {"x-api-key": "sk-ant-op"},
+            ("authorization", "anthropic-beta"),
         ),
         # auto: a chat conversation through chat, as before
         (
@@ -202,7 +216,7 @@ OPENAI_CLIENT = {"authorization": "Bearer sk-openai-client"}
             {"anthropic_key": "sk-ant-op"},
             "http://claude/v1/messages",
             {"x-api-key": "sk-ant-op"},
-            ("authorization",),
+            ("authorization", "anthropic-beta"),
         ),
     ],
 )

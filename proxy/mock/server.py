@@ -240,7 +240,7 @@ class MockUpstream:
         digest = hashlib.sha256(raw).hexdigest()[:16]
         summary = SUMMARIZER_MARKER in str(body.get("instructions"))
         if summary:
-            texts = [responses.text_of(i.get("content")) for i in items]
+            texts = [chat.text_of(i.get("content")) for i in items]
             output = [responses.message(digest, self.voice.summary(texts))]
         else:
             output = responses.output_for(items, digest, self.voice)

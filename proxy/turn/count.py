@@ -28,7 +28,6 @@ log = logging.getLogger("context_proxy.chat")
 NEAR = 0.8
 # What of a Messages request counts toward its input tokens (count_tokens takes only these).
 COUNTED = ("model", "system", "tools", "tool_choice", "thinking", "mcp_servers")
-COUNT_HEADERS = (*ANTHROPIC_SIDE_CALL_HEADERS, "anthropic-beta")
 COUNT_PATH = "/v1/messages/count_tokens"
 
 
@@ -50,7 +49,9 @@ async def undercount(
     url = str(ctx.url_for(COUNT_PATH, wire.provider))
     timeout = ctx.settings.reduction.summarizer_timeout_s
     try:
-        data = await post_json(ctx.client, url, body, headers, timeout, allowed=COUNT_HEADERS)
+        data = await post_json(
+            ctx.client, url, body, headers, timeout, allowed=ANTHROPIC_SIDE_CALL_HEADERS
+        )
         exact = int(data["input_tokens"])
     except (SideCallFailed, KeyError, TypeError, ValueError) as exc:
         log.info("count_tokens failed (%s); the estimate stands", exc)
