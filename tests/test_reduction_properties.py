@@ -273,6 +273,26 @@ def test_a_reused_tail_gives_the_same_reduction_as_grouping_afresh(
         assert grouped(later, policy, budget, memo=rest) == expected
 
 
+@FAST
+@given(st.one_of(conversations(), broken()), policies, st.integers(1, 12))
+def test_a_tail_grouped_in_steps_is_the_tail_grouped_at_once(
+    conv: tuple[list[Message], list[Message]], policy: Policy, step: int
+) -> None:
+    """A long first-seen tail is grouped a few messages at a time, the loop free between steps."""
+    import asyncio
+
+    from proxy.reduction.tail import grouped_tail
+    from proxy.turn.reduce import grouped_in_steps
+
+    _, body = conv
+    stepped = asyncio.run(grouped_in_steps(tuple(body), count, policy, step))
+    at_once = grouped_tail(tuple(body), count, policy.repair_tool_chains, None, policy.dialect)
+    assert stepped.units == at_once.units
+    for name in ("messages", "sizes", "token_sums", "message_sums", "forward", "forward_sums"):
+        assert getattr(stepped, name) == getattr(at_once, name), name
+    assert stepped.repaired == at_once.repaired and stepped.keys == at_once.keys
+
+
 def grouped(
     working: Working, policy: Policy, budget: Budget, memo: Tail | None = None
 ) -> Reduction:

@@ -37,11 +37,14 @@ from ..upstream import bearer_token, forward_headers, refused_operator_key, resp
 from .count import undercount
 from .load import load
 from .recall import recall_into
-from .reduce import reduce_turn, with_kind
+from .reduce import let_others_run, reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
 from .state import SnapshotState
 
 access = logging.getLogger("context_proxy.access")
+# A body this large takes the event loop for milliseconds at each stage; the
+# stages then yield to other requests between them.
+LARGE_BODY = 1 << 20
 # Set on an answer that was relayed but not stored (the turn is archived by the next one).
 NOT_STORED = "x-context-not-stored"
 
@@ -78,6 +81,8 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         opening=wire.opening,
     )
     payload = wire.parse(body, resend, resend.reparse(), server.max_messages)
+    if len(body) > LARGE_BODY:  # its parse held the event loop: let the others in
+        await let_others_run()
     if ctx.recorder is not None:
         await ctx.recorder.record(payload)
     mode, strategy = options(ctx, given)
