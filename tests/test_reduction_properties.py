@@ -282,7 +282,7 @@ def test_a_tail_grouped_in_steps_is_the_tail_grouped_at_once(
     import asyncio
 
     from proxy.reduction.tail import grouped_tail
-    from proxy.turn.reduce import grouped_in_steps
+    from proxy.turn.fairness import grouped_in_steps
 
     _, body = conv
     stepped = asyncio.run(grouped_in_steps(tuple(body), count, policy, step))

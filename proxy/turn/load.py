@@ -20,6 +20,7 @@ from ..errors import ProxyError
 from ..messages import Message, chain_hashes, digest
 from ..store import ConvKey, StoreError
 from ..tokens import RequestCounts
+from .fairness import GROUP_STEP, let_others_run
 
 if TYPE_CHECKING:
     from ..context import AppContext
@@ -122,6 +123,8 @@ async def _full(
         ctx.metrics.store_errors.labels("find_snapshot").inc()
         log.warning("store unreachable; reducing %s without stored state", key.conversation)
         snapshot, stateless = None, True
+    if len(messages) - seen > GROUP_STEP:  # reconciling and counting it hold the loop next
+        await let_others_run()
     turn = conv.reconcile_full(
         messages,
         hashes,

@@ -35,16 +35,14 @@ from ..reduction.types import STRATEGIES, is_strategy
 from ..store import ConvKey, StoreError
 from ..upstream import bearer_token, forward_headers, refused_operator_key, response_headers
 from .count import undercount
+from .fairness import LARGE_BODY, let_others_run
 from .load import load
 from .recall import recall_into
-from .reduce import let_others_run, reduce_turn, with_kind
+from .reduce import reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
 from .state import SnapshotState
 
 access = logging.getLogger("context_proxy.access")
-# A body this large takes the event loop for milliseconds at each stage; the
-# stages then yield to other requests between them.
-LARGE_BODY = 1 << 20
 # Set on an answer that was relayed but not stored (the turn is archived by the next one).
 NOT_STORED = "x-context-not-stored"
 

@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..dialects import Dialect
 from ..dialects.chat_completions import CHAT
 from ..errors import ProxyError
-from ..messages import Message
 from ..reduction import reduce
-from ..reduction.tail import Tail, grouped_tail
-from ..reduction.types import KINDS, ContextTooLarge, Counter, Policy, Reduction
+from ..reduction.tail import Tail
+from ..reduction.types import KINDS, ContextTooLarge, Reduction
 from ..summarizer import SummarizerUnavailable
 from .background import stretch
+from .fairness import GROUP_STEP, grouped_in_steps
 from .load import Loaded
 from .sessions import Branch
 
@@ -30,12 +29,6 @@ if TYPE_CHECKING:
     from ..context import AppContext
 
 log = logging.getLogger("context_proxy.chat")
-# A tail longer than this that no earlier turn grouped is grouped this many
-# messages at a time, the event loop serving other requests between the steps:
-# grouping 19,000 messages at once holds it for about 45 ms.
-GROUP_STEP = 2000
-# How long a step of a large request waits for the others (`let_others_run`).
-YIELD_S = 0.0005
 
 
 async def reduce_turn(
@@ -79,7 +72,7 @@ async def reduce_turn(
             ) from None
 
     if memo is None and len(turn.working.tail) > GROUP_STEP:
-        memo = await grouped_in_steps(turn.working.tail, count, policy, GROUP_STEP)
+        memo = await grouped_in_steps(turn.working.tail, count, policy)
     reduction = run(prepared, memo)
     if not reduction.summary_requests:
         return reduction, 0, 0
@@ -102,33 +95,6 @@ async def reduce_turn(
     summaries = {**prepared, **texts}
     again = run(summaries, reduction.tail)
     return again, len(results), sum(r.tokens for r in results)
-
-
-async def grouped_in_steps(
-    tail: Sequence[Message], count: Counter, policy: Policy, step: int
-) -> Tail:
-    """`tail` grouped as `grouped_tail` groups it, `step` messages at a time.
-
-    Each step extends the last as a memo extends a turn's tail (its last
-    unit, maybe unfinished, is regrouped), so the result equals grouping the
-    tail at once; between the steps the event loop serves everyone else.
-    """
-    memo: Tail | None = None
-    for end in range(step, len(tail) + step, step):
-        memo = grouped_tail(tail[:end], count, policy.repair_tool_chains, memo, policy.dialect)
-        await let_others_run()
-    assert memo is not None
-    return memo
-
-
-async def let_others_run() -> None:
-    """Give the event loop to everything else that is ready, then go on.
-
-    A `sleep(0)` alone would come back before requests that arrived
-    meanwhile are even started: their first steps queue behind this one.
-    A timer lets the loop run them all first.
-    """
-    await asyncio.sleep(YIELD_S)
 
 
 def with_kind(reduction: Reduction, kind: str) -> Reduction:
