@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from .dialects import Dialect
-from .messages import Message, role, text_of
+from .messages import Message
 from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
@@ -149,15 +149,9 @@ def quote(hits: Sequence[SearchHit], max_chars: int) -> str:
 
 
 def question_index(messages: Sequence[Message], dialect: Dialect) -> int:
-    """Index of the last message in which the user says something, or -1.
-
-    That is a message opening a turn, or a user message that answers calls
-    and says more (Anthropic's user message may hold `tool_result` blocks and
-    the next question): its text is the question, not the one before.
-    """
+    """Index of the last message that opens a user's turn (not a tool result), or -1."""
     for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if dialect.opens_turn(m) or (role(m) == "user" and text_of(m).strip()):
+        if dialect.opens_turn(messages[i]):
             return i
     return -1
 

@@ -162,24 +162,6 @@ def test_alternate_merges_runs_and_keeps_alternating_histories_as_they_are() -> 
     assert strings == [user(text("one"), text("two"))]
 
 
-def test_a_question_asked_beside_tool_results_is_the_one_recall_answers() -> None:
-    """A user message may answer calls and ask the next question: recall's block goes there."""
-    from proxy import recall
-
-    history = [
-        user(text("first question")),
-        {"role": "assistant", "content": [tool_use("c1")]},
-        user(result("c1", "42"), text("and what about the second?")),
-    ]
-    assert recall.question_index(history, ANTHROPIC) == 2
-    only_results = [*history[:2], user(result("c1", "42"))]
-    assert recall.question_index(only_results, ANTHROPIC) == 0
-    sent = alternate(recall.inject(history, "Earlier messages: ...", ANTHROPIC))
-    assert [b["type"] for b in sent[-1]["content"]] == ["tool_result", "text", "text"]
-    assert sent[-1]["content"][-1] == text("and what about the second?")
-    mock_anthropic.validate({"model": "m", "max_tokens": 1, "messages": sent}, HEADERS, {})
-
-
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
