@@ -107,20 +107,27 @@ def digest(message: Message) -> bytes:
 
 
 def as_meant(message: Message) -> Message:
-    """An assistant message without the fields that say nothing: null ones, no annotations.
+    """An assistant message without the response-only fields that say nothing.
 
     The proxy stores an answer as a request would carry it; a client resends
     it as its SDK parsed the response (`"refusal": null, "annotations": []`).
     Both are the same message and must hash alike, or every resent answer
-    would look like an edit and be archived twice.
+    would look like an edit and be archived twice. Only fields a request
+    never needs are dropped (`content: null` stays: the proxy stores it so).
     """
     if type(message) is not dict or message.get("role") != "assistant":
         return message
-    if None not in message.values() and message.get("annotations") != []:
+    if not any(k in message and _empty(message[k]) for k in _RESPONSE_ONLY):
         return message
-    return {
-        k: v for k, v in message.items() if v is not None and not (k == "annotations" and v == [])
-    }
+    return {k: v for k, v in message.items() if not (k in _RESPONSE_ONLY and _empty(v))}
+
+
+def _empty(value: object) -> bool:
+    return value is None or value == []
+
+
+# Fields of an answer that a client may resend as parsed, null or empty.
+_RESPONSE_ONLY = frozenset(["refusal", "annotations", "audio", "function_call", "tool_calls"])
 
 
 def chain(digest_: bytes, parent: str = "") -> str:

@@ -322,7 +322,7 @@ _TEXT = st.text(max_size=20)
 
 @given(
     content=st.one_of(st.none(), _TEXT),
-    nulls=st.sets(st.sampled_from(["refusal", "audio", "function_call", "tool_calls", "name"])),
+    nulls=st.sets(st.sampled_from(["refusal", "audio", "function_call", "tool_calls"])),
     annotated=st.booleans(),
     other=_TEXT,
 )
@@ -337,6 +337,13 @@ def test_an_answer_resent_with_its_response_fields_hashes_as_stored(
     assert message_hash(resent) == message_hash(stored)
     if other != stored["content"]:  # what an answer says still tells it apart
         assert message_hash({**resent, "content": other}) != message_hash(stored)
+    # Only response-only fields: a null content or name is the client's to mean, and the
+    # proxy stores a tool call's answer with `content: null`.
+    assert message_hash({**stored, "name": None}) != message_hash(stored)
+    calls = {"role": "assistant", "content": None, "tool_calls": [call("c1")]}
+    as_parsed = {**calls, "refusal": None, "annotations": []}
+    assert message_hash(as_parsed) == message_hash(calls)
+    assert message_hash({"role": "assistant", "tool_calls": [call("c1")]}) != message_hash(calls)
     # Other roles keep every field: a null there is the client's to mean.
     asked = {"role": "user", "content": "q"}
     assert (message_hash({**asked, "name": None}) == message_hash(asked)) is False

@@ -32,6 +32,7 @@ from .types import (
     SummaryBlock,
     SummaryRequest,
     Working,
+    is_masked,
 )
 from .window import reduce_messages, reduce_none, reduce_tokens
 
@@ -97,7 +98,7 @@ def reduce(
     Raises `ContextTooLarge` when even the truncated mandatory part cannot fit
     `budget.hard_limit`, and `ValueError` for an unknown strategy.
     """
-    if policy.strategy == "mask" or policy.strategy.startswith("mask+"):
+    if is_masked(policy.strategy):
         return _reduce_masked(working, policy, budget, count, summaries, memo, shortcuts)
     strategy = _STRATEGIES.get(policy.strategy)
     if strategy is None:

@@ -42,6 +42,11 @@ def is_strategy(name: str) -> bool:
     return name in STRATEGIES or (first == "mask" and bool(plus) and then in MASK_THEN)
 
 
+def is_masked(name: str) -> bool:
+    """`mask` or a mask chain: the strategies that clear old tool results first."""
+    return name.partition("+")[0] == "mask"
+
+
 # Values of the X-Context-Reduction header, in the order they are reported.
 KINDS = (
     "none",

@@ -18,7 +18,6 @@ from ..messages import Message
 from ..outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from ..store import Conflict, StoreError
 from .background import embed_next, prepare_next
-from .fairness import GROUP_STEP, let_others_run
 
 if TYPE_CHECKING:
     from ..context import AppContext
@@ -36,8 +35,6 @@ async def commit(
     for _ in range(MAX_REBASES):
         try:
             turn = turn_commit(outcome, answer, time.time())
-            if len(turn.archive) > GROUP_STEP:  # serialising it is the next long hold
-                await let_others_run()
             # A full-history turn need not be written before the answer goes
             # out: the store answers this process's next lookup from memory.
             # An append-mode turn may conflict, so it is awaited.

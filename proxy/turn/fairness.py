@@ -6,7 +6,9 @@ holds are well under a millisecond. A request of many megabytes or thousands of
 messages holds it for tens of milliseconds at a stage, so its stages give way
 between them (`let_others_run`), and the one stage that would otherwise scale
 with its whole history, grouping a tail no earlier turn grouped, goes in steps
-(`grouped_in_steps`). Neither changes what the request computes.
+(`grouped_in_steps`; not under `mask`, which groups its own cleared copy of the
+tail). Neither changes what the request computes. The commit does not give way:
+a cancelled request (a client gone at its last byte) would then store nothing.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ..dialects.chat_completions import CHAT
 from ..errors import ProxyError
 from ..reduction import reduce
 from ..reduction.tail import Tail
-from ..reduction.types import KINDS, ContextTooLarge, Reduction
+from ..reduction.types import KINDS, ContextTooLarge, Reduction, is_masked
 from ..summarizer import SummarizerUnavailable
 from .background import stretch
 from .fairness import GROUP_STEP, grouped_in_steps
@@ -71,7 +71,8 @@ async def reduce_turn(
                 400, str(exc), param="messages", code="context_length_exceeded"
             ) from None
 
-    if memo is None and len(turn.working.tail) > GROUP_STEP:
+    # mask groups its own cleared copy of the tail, which a memo of this one cannot serve.
+    if memo is None and len(turn.working.tail) > GROUP_STEP and not is_masked(strategy):
         memo = await grouped_in_steps(turn.working.tail, count, policy)
     reduction = run(prepared, memo)
     if not reduction.summary_requests:
