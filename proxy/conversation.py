@@ -22,7 +22,7 @@ from typing import Any
 from .dialects import Dialect
 from .dialects.chat_completions import CHAT
 from .errors import ProxyError
-from .messages import Message, canonical, chain_hashes, split_leading
+from .messages import Message, canonical, chain_hashes, is_leading, split_leading
 from .reduction.types import ReductionState, Working
 from .turn.state import SnapshotState
 
@@ -42,11 +42,15 @@ def tenant_of(api_key: str) -> str:
 
 
 def derive_id(tenant: str, messages: Sequence[Message]) -> str:
-    """A stable id from the tenant and the opening (instructions and first message)."""
-    leading, body = split_leading(messages)
+    """A stable id from the tenant and the opening (instructions and first message).
+
+    Only the opening is read: a long history costs no more than a short one.
+    """
     digest = hashlib.blake2b(tenant.encode(), digest_size=12)
-    for message in [*leading, *body[:1]]:
+    for message in messages:
         digest.update(canonical(message))
+        if not is_leading(message):
+            break
     return "conv_" + digest.hexdigest()
 
 

@@ -23,7 +23,7 @@ import httpx
 
 from .messages import Message, role
 from .reduction.types import SummaryRequest
-from .upstream import ANTHROPIC_SIDE_CALL_HEADERS, post_json
+from .upstream import ANTHROPIC_SIDE_CALL_HEADERS, openai_side, post_json
 
 SUMMARY_PROMPT = (
     "You are the context-proxy summarizer. You compress the earlier part of a conversation "
@@ -169,19 +169,19 @@ class Summarizer:
         from_anthropic = request.dialect.name == "anthropic"
         if api == "anthropic":
             route = self.anthropic
-            # Only an Anthropic client's own headers are Anthropic credentials.
-            found = {k: given[k] for k in ANTHROPIC_SIDE_CALL_HEADERS if k in given}
-            if not from_anthropic:
-                found = {k: v for k, v in found.items() if k == "anthropic-version"}
-            if route is not None and route.api_key:  # the operator's key, and none of the client's
-                found = {k: v for k, v in found.items() if k == "anthropic-version"}
-                found["x-api-key"] = route.api_key
+            operator = route.api_key if route is not None else ""
+            # Only an Anthropic client's own headers are Anthropic credentials, and an
+            # operator key replaces them.
+            own = from_anthropic and not operator
+            names = ANTHROPIC_SIDE_CALL_HEADERS if own else ("anthropic-version",)
+            found = {k: given[k] for k in names if k in given}
+            if operator:
+                found["x-api-key"] = operator
             if route is not None:
                 found.setdefault("anthropic-version", route.version)
             return found
-        if from_anthropic:  # the client's headers hold an Anthropic key: none of it goes
-            return {"authorization": f"Bearer {self.openai_key}"} if self.openai_key else {}
-        return given
+        # An Anthropic client's headers hold an Anthropic key: none of it goes to OpenAI.
+        return openai_side(given, "anthropic" if from_anthropic else "openai", self.openai_key)
 
     async def _summarize(
         self, request: SummaryRequest, api: str, model: str, headers: dict[str, str]

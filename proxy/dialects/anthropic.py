@@ -149,7 +149,7 @@ class AnthropicWire(body_checks.JsonWire):
         # conversations.
         system = payload.get("system")
         instructions = [{"role": "system", "content": system}] if system else []
-        return [*instructions, *self.history(payload)]
+        return [*instructions, *self.history(payload)[:1]]
 
     def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
         return anthropic_request.alternate(items)

@@ -40,6 +40,7 @@ CANNED: dict[str, tuple[int, str, str, str | None, dict[str, str]]] = {
     "error-500": (500, SERVER_ERROR, "server_error", None, {}),
     "error-401": (401, "Incorrect API key provided: sk-fake.", chat.INVALID, "invalid_api_key", {}),
 }
+CHAT = "/v1/chat/completions"
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
@@ -69,10 +70,18 @@ class Recorded:
 
     @property
     def is_summary(self) -> bool:
-        if self.path == "/v1/messages":
-            system = self.body.get("system") if isinstance(self.body, dict) else None
-            return SUMMARIZER_MARKER in json.dumps(system or "")
-        return self.path.endswith("/chat/completions") and chat.is_summary_request(self.body)
+        return is_summary(self.path, self.body)
+
+
+def is_summary(path: str, body: Any) -> bool:
+    """Whether a request is the proxy's own summariser call, on whichever route."""
+    if not isinstance(body, dict):
+        return False
+    if path == "/v1/messages":
+        return SUMMARIZER_MARKER in json.dumps(body.get("system") or "")
+    if path == "/v1/responses":
+        return SUMMARIZER_MARKER in str(body.get("instructions"))
+    return path.endswith("/chat/completions") and chat.is_summary_request(body)
 
 
 @dataclass
@@ -119,7 +128,7 @@ class MockUpstream:
         return [r for r in self.requests if path is None or r.path == path]
 
     def chat_records(self) -> list[Recorded]:
-        return [r for r in self.records("/v1/chat/completions") if not r.is_summary]
+        return [r for r in self.records(CHAT) if not r.is_summary]
 
     def chat_requests(self) -> list[Json]:
         """Bodies of the chat completion requests, excluding summariser calls."""
@@ -157,7 +166,7 @@ class MockUpstream:
         if self.slow_s:
             await asyncio.sleep(self.slow_s)
         route = (method, path)
-        if route == ("POST", "/v1/chat/completions"):
+        if route == ("POST", CHAT):
             return self.chat(raw, body)
         if route == ("POST", "/v1/responses"):
             return self.responses(raw, body)
@@ -179,9 +188,9 @@ class MockUpstream:
                 raise chat.BadRequest("We could not parse the JSON body of your request.")
             messages = chat.validate_chat(body)
         except chat.BadRequest as e:
-            self.calls.append(Call(False, 0, 0, 0, 0, False, error=str(e)))
+            self._refused(e)
             return error_response(400, str(e), param=e.param, code=e.code)
-        summary, model = chat.is_summary_request(body), str(body["model"])
+        summary, model = is_summary(CHAT, body), str(body["model"])
         if summary and self.summarizer_down:
             return error_response(500, "summariser is down", type_="server_error")
         if not summary and self.failures:
@@ -234,11 +243,11 @@ class MockUpstream:
         try:
             items = responses.validate(body, self.context_limits, self.response_ids)
         except responses.Invalid as exc:
-            self.calls.append(Call(False, 0, 0, 0, 0, False, error=str(exc)))
+            self._refused(exc)
             error = oai_error(str(exc), param=exc.param, code=exc.code)
             return JSONResponse(error, status_code=400)
         digest = hashlib.sha256(raw).hexdigest()[:16]
-        summary = SUMMARIZER_MARKER in str(body.get("instructions"))
+        summary = is_summary("/v1/responses", body)
         if summary:
             texts = [chat.text_of(i.get("content")) for i in items]
             output = [responses.message(digest, self.voice.summary(texts))]
@@ -267,10 +276,10 @@ class MockUpstream:
                 raise anthropic.Invalid("The request body is not valid JSON.")
             messages = anthropic.validate(body, headers, self.context_limits)
         except anthropic.Invalid as exc:
-            self.calls.append(Call(False, 0, 0, 0, 0, False, error=str(exc)))
+            self._refused(exc)
             return JSONResponse(anthropic.error_body(str(exc)), status_code=400)
         digest = hashlib.sha256(raw).hexdigest()[:16]
-        summary = SUMMARIZER_MARKER in json.dumps(body.get("system") or "")
+        summary = is_summary("/v1/messages", body)
         if summary:
             text = self.voice.summary([anthropic.text_of(m) for m in messages])
             content, stop = [{"type": "text", "text": text}], "end_turn"
@@ -296,6 +305,10 @@ class MockUpstream:
         return JSONResponse(final)
 
     # -- what a call costs ---------------------------------------------------------------------
+    def _refused(self, reason: Exception) -> None:
+        """A call the provider would refuse: billed as nothing, with the reason."""
+        self.calls.append(Call(False, 0, 0, 0, 0, False, error=str(reason)))
+
     def _tokens(self, model: str, items: Sequence[Json], prefix: bool = False) -> int:
         """A prompt's tokens (or a prefix's, without the reply priming)."""
         if self.counter is None:

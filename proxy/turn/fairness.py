@@ -23,7 +23,8 @@ from ..reduction.types import Counter, Policy
 # A body this large holds the event loop for milliseconds at each stage.
 LARGE_BODY = 1 << 20
 # A tail longer than this that no earlier turn grouped is grouped this many
-# messages at a time: grouping 19,000 messages at once holds the loop for about 45 ms.
+# messages at a time; each step then holds the loop for a few milliseconds
+# (the figures are in docs/performance.md).
 GROUP_STEP = 2000
 # How long a large request's stage waits for the others.
 YIELD_S = 0.0005
