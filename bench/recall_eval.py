@@ -1,8 +1,9 @@
 """`python -m bench.recall_eval [FILE]`: how often recall brings a question's evidence to the model.
 
 Each conversation is replayed through the real proxy (in process, its
-upstream a mock that answers and summarises, a SQLite store), one
-full-history request per answer, as the app sent them; then each question is
+upstream a mock that answers with the transcript's next message and
+summarises, a SQLite store), one full-history request per answer, as the app
+sent them; then each question is
 asked at the end of the whole conversation, each on a copy of the store as the
 replay left it, so no question sees another. A question's evidence reached the model when the words
 its answer needs are in what was forwarded (the verbatim window or the recall
@@ -17,6 +18,7 @@ question nothing in the conversation answers).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import statistics
@@ -32,6 +34,7 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.mock import PROSE
 from proxy.mock.chat import summary_of
+from proxy.mock.embeddings import embedding_of
 from proxy.settings import Settings
 from proxy.tokens import offline_counter
 
@@ -67,19 +70,29 @@ class Score:
 
 
 class Upstream:
-    """Answers every chat request with a short reply, and summaries with the mock's."""
+    """Answers chat requests with `answer`, and summaries with the mock's.
+
+    The replay sets `answer` to the transcript's next message, so the proxy
+    stores the answer the app then resends, as with a real upstream.
+    """
 
     def __init__(self) -> None:
         self.last: list[dict[str, Any]] = []
+        self.answer = "ok"
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
+        if request.url.path.endswith("/embeddings"):
+            vectors = [
+                {"index": i, "embedding": embedding_of(t)} for i, t in enumerate(body["input"])
+            ]
+            return httpx.Response(200, json={"data": vectors, "model": body["model"]})
         messages = body["messages"]
         if messages and SUMMARIZER in str(messages[0].get("content", "")):
             text = summary_of(messages, PROSE)
         else:
             self.last = messages
-            text = "ok"
+            text = self.answer
         choice = {"index": 0, "message": {"role": "assistant", "content": text}}
         return httpx.Response(200, json={"choices": [{**choice, "finish_reason": "stop"}]})
 
@@ -90,6 +103,7 @@ def evaluate(
     *,
     window: int = 4000,
     recall: bool = True,
+    method: str = "lexical",
     k: int = 5,
     max_tokens: int = 1200,
 ) -> Score:
@@ -101,15 +115,17 @@ def evaluate(
             replayed = Path(tmp) / f"c{number}.db"
             headers = {"authorization": "Bearer sk-eval", "x-conversation-id": f"c{number}"}
             upstream = Upstream()
-            settings = _settings(replayed, window, recall, k, max_tokens)
+            settings = _settings(replayed, window, recall, method, k, max_tokens)
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                 for i, message in enumerate(convo.messages):
                     if message["role"] == "assistant":
+                        upstream.answer = message["content"]
                         _send(client, convo.messages[:i], headers)
+            upstream.answer = "ok"
             for j, question in enumerate(convo.questions):
                 copy = Path(tmp) / f"c{number}-q{j}.db"
                 shutil.copyfile(replayed, copy)
-                settings = _settings(copy, window, recall, k, max_tokens)
+                settings = _settings(copy, window, recall, method, k, max_tokens)
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
                     response = _send(client, asked, headers)
@@ -117,7 +133,9 @@ def evaluate(
     return score
 
 
-def _settings(path: Path, window: int, recall: bool, k: int, max_tokens: int) -> Settings:
+def _settings(
+    path: Path, window: int, recall: bool, method: str, k: int, max_tokens: int
+) -> Settings:
     return load_settings(
         None,
         env={},
@@ -125,7 +143,7 @@ def _settings(path: Path, window: int, recall: bool, k: int, max_tokens: int) ->
             "upstream": {"base_url": "http://upstream.invalid/v1"},
             "store": {"backend": "sqlite", "path": str(path)},
             "reduction": {"strategy": "summarize"},
-            "recall": {"enabled": recall, "k": k, "max_tokens": max_tokens},
+            "recall": {"enabled": recall, "method": method, "k": k, "max_tokens": max_tokens},
             "models": {"windows": {MODEL: window}},
         },
     )
@@ -179,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     conversations = load(args.file) if args.file else dev_set()
     print(evaluate(conversations, "window only", window=args.window, recall=False).line())
     print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
+    if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
+        # The mock's vectors are hashed words: lexical too, so these rows test the
+        # plumbing and the fusion, not what a real embedding model would find.
+        for method in ("embeddings", "hybrid"):
+            name = f"{method} (mock vectors), k=5"
+            print(evaluate(conversations, name, window=args.window, method=method).line())
     return 0
 
 

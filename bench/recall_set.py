@@ -9,7 +9,10 @@ Biscuit"). The questions come in the third person ("What pet did Evan get
 recently?"): about half share a word with the statement ("Where did Evan's
 sister move to?"), the rest only its meaning. Some ask about things never said
 (their evidence is empty: nothing should be recalled for them). A third of the
-facts are said in the middle of a long message (a run of lines).
+facts are said in the middle of a long message (a run of lines); half answer
+the other person's question ("Are you still driving that old car?"). As in real
+chats, the two greet each other by name, so the names the questions use are
+everywhere but in the statements.
 
 This set is for developing recall, not for judging it: a held-out benchmark of
 real conversations decides whether a method generalises.
@@ -30,67 +33,80 @@ PAIRS = [
     ("Nina", "Felix"),
 ]
 
-# (first-person statement, third-person question, the words an answer needs)
+# (first-person statement, third-person question, the words an answer needs, and what the
+# other person asks when the statement comes as a reply)
 FACTS = [
     (
         "I just adopted a beagle, we named him Biscuit.",
         "What pet did {name} get recently?",
         ("beagle",),
+        "You mentioned wanting a dog, any news on that?",
     ),
     (
         "I finally traded in my old car for a silver Prius last weekend.",
         "What does {name} drive these days?",
         ("Prius",),
+        "Are you still driving that old car?",
     ),
     (
         "My sister Lily moved to Denver for her nursing job.",
         "Where did {name}'s sister move to?",
         ("Denver",),
+        "How is your sister doing with the job hunt?",
     ),
     (
         "I signed up for pottery classes on Thursday evenings.",
         "What hobby did {name} pick up recently?",
         ("pottery",),
+        "Have you found something to do on weekday evenings?",
     ),
     (
         "I started learning the cello, my teacher is strict but kind.",
         "What instrument is {name} learning?",
         ("cello",),
+        "Are you still thinking about picking up an instrument?",
     ),
     (
         "We booked our honeymoon in Lisbon for the second week of June.",
         "Where is {name} going after the wedding?",
         ("Lisbon",),
+        "Have you two decided where to go after the wedding?",
     ),
     (
         "I got promoted to lead the data team at the clinic.",
         "What was {name}'s recent promotion?",
         ("data team",),
+        "Any news from work?",
     ),
     (
         "I am allergic to peanuts, so I always check the labels.",
         "What is {name} allergic to?",
         ("peanuts",),
+        "Should I bring the satay for the potluck?",
     ),
     (
         "My grandmother turned ninety and we threw her a garden party.",
         "How old is {name}'s grandmother?",
         ("ninety",),
+        "How was your grandmother's birthday?",
     ),
     (
         "I ran my first marathon in Chicago in four hours and ten minutes.",
         "Where did {name} run the marathon?",
         ("Chicago",),
+        "How did the race go?",
     ),
     (
         "I switched to a vegetarian diet after watching a documentary.",
         "Does {name} still eat meat?",
         ("vegetarian",),
+        "Want to grab burgers on Friday?",
     ),
     (
         "Our daughter Ava started kindergarten this week, she loved it.",
         "What is the name of {name}'s daughter?",
         ("Ava",),
+        "How is your daughter settling in at school?",
     ),
 ]
 
@@ -135,6 +151,15 @@ DISTRACTORS = [
     "My aunt ran a half marathon in Boston.",
 ]
 
+GREETINGS = [
+    "Hey {name}!",
+    "Hi {name}, good to hear from you.",
+    "Hello {name}! How have you been?",
+    "{name}! It has been a while.",
+]
+
+VOCATIVES = ["Talk soon, {name}.", "Thanks, {name}!", "You are the best, {name}."]
+
 REPLIES = [
     "That sounds great!",
     "Oh wow, tell me more.",
@@ -173,33 +198,43 @@ def conversation(seed: int, sessions: int = 25, turns: int = 24) -> Conversation
     a, b = PAIRS[seed % len(PAIRS)]
     facts = rng.sample(FACTS, k=min(len(FACTS), 10))
     # Where each fact is said: (session, turn), spread over the whole conversation.
-    slots = sorted(rng.sample(range(sessions * turns), k=len(facts)))
+    slots = sorted(rng.sample(range(1, sessions * turns), k=len(facts)))
     planned = dict(zip(slots, facts, strict=True))
+    # Half the facts answer the other person's question, as in real chats.
+    asked = {n - 1: planned[n][3] for n in slots if rng.random() < 0.5 and n - 1 not in planned}
+    # Each said once, as people mention a friend's news once.
+    distractors = rng.sample(DISTRACTORS, k=len(DISTRACTORS))
     messages: list[dict[str, str]] = []
     questions: list[Question] = []
     for s in range(sessions):
         for t in range(turns):
             n = s * turns + t
-            speaker = a if t % 2 == 0 else b
+            speaker, other = (a, b) if t % 2 == 0 else (b, a)
             role = "user" if t % 2 == 0 else "assistant"
             parts = []
             if t == 0:
                 parts.append(f"(Session {s + 1}, day {3 * s + 1} of the year.)")
+            if t < 2:  # people greet each other by name
+                parts.append(rng.choice(GREETINGS).format(name=other))
             if n in planned:
-                statement, question, answer = planned[n]
+                statement, question, answer, _ = planned[n]
                 # A third of the facts come inside a long run of lines, as chat apps send them.
                 before = 14 if rng.random() < 1 / 3 else 1
                 parts.extend(rng.choice(SMALL_TALK) for _ in range(before))
                 parts.append(statement)
                 parts.extend(rng.choice(SMALL_TALK) for _ in range(before - 1))
                 questions.append(Question(question.format(name=speaker), [n], answer))
-            elif rng.random() < 0.12:
-                parts.append(rng.choice(DISTRACTORS))
+            elif n in asked:
+                parts.append(asked[n])
+            elif distractors and rng.random() < 0.05:
+                parts.append(distractors.pop())
             else:
                 parts.append(rng.choice(REPLIES) if rng.random() < 0.4 else "")
                 parts.append(rng.choice(SMALL_TALK))
-            if rng.random() < 0.5:  # a second sentence of small talk
+            if rng.random() < 0.9:  # a second sentence of small talk
                 parts.append(rng.choice(SMALL_TALK))
+            if rng.random() < 0.08:
+                parts.append(rng.choice(VOCATIVES).format(name=other))
             messages.append({"role": role, "content": " ".join(p for p in parts if p)})
     for template in rng.sample(UNANSWERABLE, k=2):
         questions.append(Question(template.format(name=rng.choice((a, b))), []))

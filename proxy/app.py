@@ -90,7 +90,7 @@ def create_app(
         ctx.counter.preload()
         if settings.record.enabled:
             ctx.recorder = Recorder(settings.record.path)
-        if settings.recall.enabled and settings.recall.method == "embeddings":
+        if settings.recall.enabled and settings.recall.method in ("embeddings", "hybrid"):
             ctx.embedder = Embedder(
                 client,
                 base_url=settings.upstream.base_url,

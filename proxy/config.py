@@ -219,15 +219,15 @@ def _validate(s: Settings) -> None:
         "must be an http:// or https:// URL",
     )
     check(
-        s.recall.method in ("lexical", "embeddings"),
+        s.recall.method in ("lexical", "embeddings", "hybrid"),
         "recall.method",
-        "must be lexical or embeddings",
+        "must be lexical, embeddings or hybrid",
     )
     check(
-        not (s.recall.enabled and s.recall.method == "embeddings")
+        not (s.recall.enabled and s.recall.method in ("embeddings", "hybrid"))
         or importlib.util.find_spec("numpy") is not None,
         "recall.method",
-        "embeddings needs numpy: pip install 'context-proxy[embeddings]'",
+        f"{s.recall.method} needs numpy: pip install 'context-proxy[embeddings]'",
     )
     check(s.server.workers >= 1, "server.workers", "must be at least 1")
     check(

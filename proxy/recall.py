@@ -10,7 +10,9 @@ tool-chain integrity holds, and the previous turn's cached prefix survives.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections import defaultdict
 from collections.abc import Sequence
 
 from .dialects import Dialect
@@ -126,26 +128,87 @@ def fresh(
     for hit in hits:
         if best_forwarded is not None and hit.score < best_forwarded + margin:
             break
-        if hit.text in forwarded:
-            continue
-        if hit.text in seen:
+        if hit.text in forwarded or hit.text in seen:
             continue
         seen.add(hit.text)
         matched = stems(hit.text) & wanted
         if matched and any(matched <= words_in for words_in in covered):
             continue
+        replies = tuple(r for r in hit.replies if r.text not in forwarded and r.text not in seen)
+        seen.update(r.text for r in replies)
+        if replies != hit.replies:
+            hit = dataclasses.replace(hit, replies=replies)
         chosen.append(hit)
         if len(chosen) == k:
             break
     return chosen
 
 
-def quote(hits: Sequence[SearchHit], max_chars: int) -> str:
+RRF_K = 60
+
+
+def fuse(*rankings: Sequence[SearchHit]) -> list[SearchHit]:
+    """Reciprocal rank fusion: a message scores the sum of 1 / (RRF_K + rank) over the rankings.
+
+    Ranks, not scores, are fused, since BM25 and cosine share no scale. A
+    message in several rankings keeps the first one's hit (the lexical one
+    carries its replies). Ties go to the later message, as the searches order.
+    """
+    fused: dict[int, SearchHit] = {}
+    scores: defaultdict[int, float] = defaultdict(float)
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            fused.setdefault(hit.seq, hit)
+            scores[hit.seq] += 1 / (RRF_K + rank)
+    order = sorted(fused, key=lambda seq: (-scores[seq], -seq))
+    return [dataclasses.replace(fused[seq], score=scores[seq]) for seq in order]
+
+
+def quoted(hits: Sequence[SearchHit]) -> int:
+    """How many messages a block of `hits` quotes: each hit, and the replies it carries."""
+    return sum(1 + len(hit.replies) for hit in hits)
+
+
+def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
+    """The recall block: each hit (then its replies) on a line, long ones cut to `max_chars`.
+
+    A long message is quoted around the sentences sharing most words with
+    the question, not from its head: the fact is rarely its opening line.
+    """
+    wanted = stems(question)
     lines = [HEADER]
     for hit in hits:
-        text = hit.text if len(hit.text) <= max_chars else hit.text[:max_chars] + " [...]"
-        lines.append(f"[turn {hit.turn}, {hit.role}] {text}")
+        for said in (hit, *hit.replies):
+            text = excerpt(said.text, max_chars, wanted)
+            lines.append(f"[turn {said.turn}, {said.role}] {text}")
     return "\n".join(lines)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
+    """`text`, or when longer than `max_chars` the run of its sentences around the best match."""
+    if len(text) <= max_chars:
+        return text
+    sentences = [s for s in _SENTENCE_END.split(text) if s]
+    best = max(range(len(sentences)), key=lambda i: (len(stems(sentences[i]) & wanted), -i))
+    if not wanted or not stems(sentences[best]) & wanted:
+        return text[:max_chars] + " [...]"
+    start = end = best
+    size = len(sentences[best])
+    # Grow by whole sentences, after first (what follows a fact often completes it).
+    while True:
+        grown = False
+        for side in (end + 1, start - 1):
+            if 0 <= side < len(sentences) and size + 1 + len(sentences[side]) <= max_chars:
+                start, end = min(start, side), max(end, side)
+                size += 1 + len(sentences[side])
+                grown = True
+        if not grown:
+            break
+    body = " ".join(sentences[start : end + 1])[:max_chars]
+    return ("[...] " if start > 0 else "") + body + (" [...]" if end < len(sentences) - 1 else "")
 
 
 def question_index(messages: Sequence[Message], dialect: Dialect) -> int:

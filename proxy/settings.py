@@ -186,7 +186,8 @@ class RecallSettings:
     method: str = _doc(
         "lexical: SQLite FTS5 BM25 over the archive, no extra calls. embeddings: vectors "
         "from the upstream's /v1/embeddings with the client's key, computed in the "
-        "background after each turn, plus one call per question.",
+        "background after each turn, plus one call per question. hybrid: both, their "
+        "rankings fused (reciprocal rank fusion).",
         default="lexical",
     )
     embedding_model: str = _doc("Model for embeddings recall.", default="text-embedding-3-small")

@@ -111,13 +111,20 @@ class ConversationSummary:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """An archived message that matched a search; `turn` counts user messages up to it."""
+    """An archived message that matched a search; `turn` counts user messages up to it.
+
+    A hit that asks something carries the messages that followed it, up to
+    the next of its own role, as its `replies`: in a dialogue the answer rarely
+    repeats the question's words. (More than one when the archive holds an
+    answer the client replaced, a regenerated one say.)
+    """
 
     seq: int
     turn: int
     role: str
     text: str
     score: float
+    replies: tuple[SearchHit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,37 +15,33 @@ therefore proportional to the new messages plus the postings of the query words.
 Embeddings are stored per indexed message and model, as unit-length float32,
 so similarity is one numpy matrix-vector product.
 
-Relevance floor: BM25 scores are relative, so "the best match" of an
-unrelated question is still a match. Only the question's words that the
-conversation has used count (a question may well bring new words along with
-an old subject). Of those, the specific ones (in at most 2 messages or 5 % of
-the conversation, and not bare numbers) decide: a hit must contain two of
-them (or the only one),
-and its matched words must carry at least half of the IDF weight. A question
-that shares only the conversation's everyday words finds nothing, and neither
-does one that shares a single specific word by coincidence while naming
-another the hit lacks, or only a number ("day 50" against "budget 50 euros").
+What passes the relevance floor is `proxy.store.relevance`'s to decide; the
+search ranks what passes by BM25 over the question's words, the names the
+sides call each other by left out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import itertools
 import sqlite3
-from collections import Counter, OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import orjson
 
 from proxy.messages import Message, role, text_of
+from proxy.store import relevance
 from proxy.store.base import ArchivedMessage, ConvKey, SearchHit, StoreError
 
 T = TypeVar("T")
 
-MATCHED_SHARE = 0.5
-RARE_DOCS, RARE_SHARE = 2, 0.05
 MAX_WORDS = 16
+# Hits that get their reply looked up: more than recall ever quotes.
+REPLIED = 50
+# A reply, and the answers a client replaced before it.
+MAX_REPLIES = 3
 _BATCH = 1000
 
 # The `conv` column holds one token naming the conversation, so a query is an
@@ -72,6 +68,8 @@ CREATE_VECTORS = """
         PRIMARY KEY (conversation_id, model, seq)
     ) WITHOUT ROWID
 """
+_ROWIDS = "SELECT rowid FROM message_search WHERE message_search MATCH ?"
+_BODIES = "SELECT body FROM message_search WHERE rowid IN (SELECT value FROM json_each(?))"
 # Rank by the body alone: every row of a conversation matches `conv` alike.
 SET_RANK = "INSERT INTO message_search (message_search, rank) VALUES ('rank', 'bm25(1.0, 0.0)')"
 
@@ -143,49 +141,57 @@ def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) 
     ).fetchone()
     if not total:
         return []
-    postings = {
-        w: {
-            r[0]
-            for r in db.execute(
-                "SELECT rowid FROM message_search WHERE message_search MATCH ?",
-                (f'{tag} AND body : "{w}"',),
-            )
-        }
-        for w in wanted
-    }
-    seen = {w: p for w, p in postings.items() if p}
-    idf = {w: math.log(1 + (total - len(p) + 0.5) / (len(p) + 0.5)) for w, p in seen.items()}
-    rare = max(RARE_DOCS, RARE_SHARE * total)
-    # Bare numbers (days, amounts, counts) recur by coincidence: never specific alone.
-    specific = {w for w, p in seen.items() if len(p) <= rare and not w.isdigit()}
-    if not specific:
-        return []
-    # Everyday words the question shares need not be in a hit: a statement rarely
-    # repeats the question's framing ("How old is ...") around its specific word.
-    weight, need_specific = sum(idf.values()), min(2, len(specific))
-    carried: defaultdict[int, float] = defaultdict(float)
-    matched_specific: Counter[int] = Counter()
-    for w, rowids in seen.items():
-        for rowid in rowids:
-            carried[rowid] += idf[w]
-            if w in specific:
-                matched_specific[rowid] += 1
-    eligible = [
-        r
-        for r, n in matched_specific.items()
-        if n >= need_specific and carried[r] >= MATCHED_SHARE * weight
-    ]
+    postings = {w: _postings(db, tag, w) for w in wanted}
+    names = [w for w, p in postings.items() if len(p) > 1 and _addressed(db, w, p)]
+    counted = {w: p for w, p in postings.items() if w not in names}
+    eligible = relevance.passing(counted, total)
     if not eligible:
         return []
+    wanted = [w for w in wanted if w not in names]
     anyword = " OR ".join(f'body : "{w}"' for w in wanted)
     query = f"{tag} AND ({anyword})"
     rows = db.execute(
-        "SELECT seq, turn, role, body, rank FROM message_search WHERE message_search MATCH ?"
+        "SELECT rowid, seq, turn, role, body, rank FROM message_search WHERE message_search MATCH ?"
         " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank, seq DESC LIMIT ?",
         (query, orjson.dumps(eligible).decode(), limit),
-    )
+    ).fetchall()
     # FTS5's bm25() is lower-is-better; hits report higher-is-better.
-    return [SearchHit(int(s), int(t), str(r), str(b), -float(x)) for s, t, r, b, x in rows]
+    return [
+        SearchHit(int(s), int(t), str(r), str(b), -float(x), _replies(db, tag, rowid, (r, b), n))
+        for n, (rowid, s, t, r, b, x) in enumerate(rows)
+    ]
+
+
+def _replies(
+    db: sqlite3.Connection, tag: str, rowid: int, hit: tuple[str, str], rank: int
+) -> tuple[SearchHit, ...]:
+    """What followed a hit that asks something, up to the next message of its role.
+
+    Only the best `REPLIED` hits are looked up. A conversation's rows are
+    indexed in order, so the next row ids of its tag are what came next.
+    """
+    asker, text = hit
+    if rank >= REPLIED or "?" not in text:
+        return ()
+    rows = db.execute(
+        "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
+        " AND rowid > ? ORDER BY rowid LIMIT ?",
+        (tag, rowid, MAX_REPLIES),
+    )
+    replies = itertools.takewhile(lambda row: row[2] != asker, rows)
+    return tuple(SearchHit(int(s), int(t), str(r), str(b), 0.0) for s, t, r, b in replies)
+
+
+def _postings(db: sqlite3.Connection, tag: str, word: str) -> set[int]:
+    query = f'{tag} AND body : "{word}"'
+    return {r[0] for r in db.execute(_ROWIDS, (query,))}
+
+
+def _addressed(db: sqlite3.Connection, word: str, rowids: set[int]) -> bool:
+    """Whether `word` is a name the conversation's sides call each other by."""
+    sample = sorted(rowids)[: relevance.ADDRESS_SAMPLE]
+    rows = db.execute(_BODIES, (orjson.dumps(sample).decode(),))
+    return relevance.addressed(word, (str(r[0]) for r in rows))
 
 
 def unit_vector(values: Sequence[float]) -> bytes:

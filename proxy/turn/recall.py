@@ -19,6 +19,7 @@ from ..embeddings import EmbeddingsUnavailable
 from ..messages import digest, role, text_of
 from ..reduction.types import Reduction
 from ..store import ConvKey, StoreError
+from ..store.base import SearchHit
 from ..upstream import openai_side
 from .sessions import Recalled
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 # Embeddings recall: an archived message must be this much more similar to the
 # question (cosine) than everything forwarded, or the context already covers it.
+# Fused ranks (hybrid) have no such scale: there a hit need only rank above.
 SIMILARITY_MARGIN = 0.05
 
 log = logging.getLogger("context_proxy.chat")
@@ -94,17 +96,7 @@ async def _search(
     # Forwarded messages may rank first; ask for enough to skip them all.
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
-        if ctx.embedder is not None:
-            (vector,) = await ctx.embedder.embed([question], headers)
-            hits = await ctx.store.nearest(
-                key,
-                ctx.embedder.model,
-                vector,
-                limit=limit,
-                min_similarity=settings.min_similarity,
-            )
-        else:
-            hits = await ctx.store.search(key, recall.words(question), limit=limit)
+        hits = await _ranked(ctx, key, question, headers, limit)
     except EmbeddingsUnavailable as exc:
         ctx.metrics.embeddings.labels("failed").inc()
         log.info("no recall for %s: embedding the question failed (%s)", key.conversation, exc)
@@ -117,12 +109,30 @@ async def _search(
         for i, m in enumerate(reduction.messages)
         if i != at and role(m) in ("user", "assistant", "tool")
     ]
-    margin = SIMILARITY_MARGIN if ctx.embedder is not None else 0.0
+    margin = SIMILARITY_MARGIN if settings.method == "embeddings" else 0.0
     found = recall.fresh(hits, question, context, settings.k, margin)
     while found:
-        content = recall.quote(found, max_chars=max(200, settings.max_tokens * 4 // len(found)))
+        quoted = recall.quoted(found)
+        content = recall.quote(found, max(200, settings.max_tokens * 4 // quoted), question)
         tokens = ctx.counter.count_message(model, {"role": "system", "content": content})
         if tokens <= min(settings.max_tokens, room):
-            return content, len(found)
+            return content, quoted
         found = found[:-1]
     return "", 0
+
+
+async def _ranked(
+    ctx: AppContext, key: ConvKey, question: str, headers: dict[str, str], limit: int
+) -> list[SearchHit]:
+    """The archive's messages for `question`, best first, by the configured method."""
+    settings = ctx.settings.recall
+    lexical: list[SearchHit] = []
+    if settings.method != "embeddings":
+        lexical = await ctx.store.search(key, recall.words(question), limit=limit)
+    if ctx.embedder is None:
+        return lexical
+    (vector,) = await ctx.embedder.embed([question], headers)
+    semantic = await ctx.store.nearest(
+        key, ctx.embedder.model, vector, limit=limit, min_similarity=settings.min_similarity
+    )
+    return recall.fuse(lexical, semantic) if settings.method == "hybrid" else semantic

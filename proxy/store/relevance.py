@@ -1,0 +1,75 @@
+"""The relevance floor: which of a question's words count, and which archived messages pass.
+
+Pure, over postings (the indexed messages each word occurs in) and message
+texts; `proxy.store.search` runs the queries and ranks what passes by BM25.
+
+BM25 scores are relative, so "the best match" of an unrelated question is
+still a match. The floor asks more of a hit than a score:
+
+- Only the question's words that the conversation has used count: a question
+  may well bring new words along with an old subject.
+- The names the two sides call each other by do not count. A question about a
+  participant names them in the third person ("What does Evan drive?"), while
+  they state facts in the first person ("I got a Prius"); the name is in the
+  greetings instead ("Hey Evan!"), which it would rank first.
+- Of the rest, the specific words (in at most 2 messages or 5 % of the
+  conversation, and not bare numbers) decide: a hit must contain one of them,
+  and its matched words must carry at least half of the IDF weight of the
+  words the conversation has used. A question that shares only the
+  conversation's everyday words finds nothing, nor does one that shares only
+  a number ("day 50" against "budget 50 euros").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Set
+
+MATCHED_SHARE = 0.5
+RARE_DOCS, RARE_SHARE = 2, 0.05
+# A word is a name the sides call each other by when at least this share of the
+# messages it occurs in use it so (of the first `ADDRESS_SAMPLE`).
+ADDRESSED_SHARE, ADDRESS_SAMPLE = 0.5, 40
+_GREETING = r"(?i:hi|hey|hello|hiya|thanks|thank you|bye|dear|congrats|congratulations|morning)"
+
+
+def addressing(word: str) -> re.Pattern[str]:
+    """A capitalised `word` used to address someone: "Hey Evan!", "Evan, look", "thanks, Evan."."""
+    name = re.escape(word[:1].upper() + word[1:])
+    return re.compile(
+        rf"(?:^|\b{_GREETING},?\s+|,\s+){name}\s*(?:[,!?.:]|$)|^{name}\s*[,!]", re.MULTILINE
+    )
+
+
+def addressed(word: str, texts: Iterable[str]) -> bool:
+    """Whether the messages containing `word` mostly use it to address someone."""
+    pattern = addressing(word)
+    sample = list(texts)[:ADDRESS_SAMPLE]
+    used = sum(1 for text in sample if pattern.search(text))
+    return bool(sample) and used >= ADDRESSED_SHARE * len(sample)
+
+
+def idf(total: int, docs: int) -> float:
+    return math.log(1 + (total - docs + 0.5) / (docs + 0.5))
+
+
+def passing(postings: Mapping[str, Set[int]], total: int) -> list[int]:
+    """The messages (by id) that pass the floor, for the question's counted words' postings."""
+    seen = {w: p for w, p in postings.items() if p}
+    weights = {w: idf(total, len(p)) for w, p in seen.items()}
+    rare = max(RARE_DOCS, RARE_SHARE * total)
+    # Bare numbers (days, amounts, counts) recur by coincidence: never specific alone.
+    specific = {w for w, p in seen.items() if len(p) <= rare and not w.isdigit()}
+    if not specific:
+        return []
+    # Everyday words the question shares need not be in a hit: a statement rarely
+    # repeats the question's framing ("How old is ...") around its specific word.
+    weight = sum(weights.values())
+    carried: defaultdict[int, float] = defaultdict(float)
+    for w, ids in seen.items():
+        for i in ids:
+            carried[i] += weights[w]
+    has_specific = set().union(*(seen[w] for w in specific))
+    return [i for i in has_specific if carried[i] >= MATCHED_SHARE * weight]
