@@ -21,60 +21,35 @@ from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
 _WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
-STOPWORDS = frozenset(
-    [
-        "the",
-        "and",
-        "for",
-        "are",
-        "but",
-        "not",
-        "you",
-        "your",
-        "with",
-        "this",
-        "that",
-        "what",
-        "was",
-        "were",
-        "has",
-        "have",
-        "had",
-        "can",
-        "could",
-        "would",
-        "should",
-        "will",
-        "about",
-        "from",
-        "into",
-        "they",
-        "them",
-        "their",
-        "there",
-        "then",
-        "than",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "how",
-        "all",
-        "any",
-        "its",
-        "our",
-        "out",
-        "also",
-        "just",
-        "like",
-        "some",
-        "did",
-        "does",
-        "tell",
-        "please",
-    ]
-)
+# English function words (pronouns, auxiliaries, determiners, prepositions): they
+# say nothing about what a question is about. Words under three letters never count.
+# fmt: off
+STOPWORDS = frozenset((
+    "the", "and", "for", "are", "but", "not", "you", "your", "yours", "with", "this", "that",
+    "these", "those", "what", "was", "were", "has", "have", "had", "having", "can", "could",
+    "would", "should", "will", "shall", "might", "must", "about", "from", "into", "onto",
+    "they", "them", "their", "theirs", "there", "then", "than", "when", "where", "which", "who",
+    "whom", "whose", "why", "how", "all", "any", "its", "our", "ours", "out", "also", "just",
+    "like", "some", "did", "does", "doing", "done", "been", "being", "tell", "please", "she",
+    "her", "hers", "herself", "his", "him", "himself", "myself", "yourself", "ourselves",
+    "themselves", "itself", "each", "both", "few", "more", "most", "other", "others", "such",
+    "only", "own", "same", "too", "very", "really", "again", "here", "over", "under", "above",
+    "below", "after", "before", "during", "since", "until", "while", "through", "between",
+    "against", "without", "within", "along", "around", "across", "behind", "beyond", "upon",
+    "off", "down", "via", "per", "yes", "yeah", "okay", "don", "didn", "doesn", "isn", "wasn",
+    "aren", "weren", "hasn", "haven", "hadn", "couldn", "wouldn", "shouldn", "going",
+))
+# fmt: on
+# Words that frame a question rather than say what it is about ("What is the name of
+# her dog?", "What kind of car ...", "Does he still ..."): the statement that answers
+# rarely has them, and when the conversation uses them seldom they outweigh the subject.
+# fmt: off
+FRAMING = frozenset((
+    "name", "kind", "type", "sort", "recent", "recently", "lately", "many", "much", "often",
+    "usually", "ever", "still", "get", "got", "thing", "things", "remind", "remember",
+    "mention", "mentioned",
+))
+# fmt: on
 
 
 def words(text: str) -> list[str]:
@@ -83,7 +58,7 @@ def words(text: str) -> list[str]:
     No stemming here: FTS5's porter tokenizer stems both sides.
     """
     found = (m.lower() for m in _WORD.findall(text))
-    return list(dict.fromkeys(w for w in found if w not in STOPWORDS))
+    return list(dict.fromkeys(w for w in found if w not in STOPWORDS and w not in FRAMING))
 
 
 def stem(word: str) -> str:
@@ -134,10 +109,8 @@ def fresh(
         matched = stems(hit.text) & wanted
         if matched and any(matched <= words_in for words_in in covered):
             continue
-        replies = tuple(r for r in hit.replies if r.text not in forwarded and r.text not in seen)
-        seen.update(r.text for r in replies)
-        if replies != hit.replies:
-            hit = dataclasses.replace(hit, replies=replies)
+        if hit.replies:
+            hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
         chosen.append(hit)
         if len(chosen) == k:
             break
@@ -164,6 +137,29 @@ def fuse(*rankings: Sequence[SearchHit]) -> list[SearchHit]:
     return [dataclasses.replace(fused[seq], score=scores[seq]) for seq in order]
 
 
+def _answers(
+    hit: SearchHit, wanted: frozenset[str], forwarded: set[str], seen: set[str]
+) -> tuple[SearchHit, ...]:
+    """The replies a chosen hit quotes: when it asks about the question, those not yet seen."""
+    if not asks_about(hit.text, wanted):
+        return ()
+    replies = tuple(r for r in hit.replies if r.text not in forwarded and r.text not in seen)
+    seen.update(r.text for r in replies)
+    return replies
+
+
+def asks_about(text: str, wanted: frozenset[str]) -> bool:
+    """Whether `text` asks (a sentence ending in "?") about one of the `wanted` stems.
+
+    Only then is what answered it worth quoting: a long message with an unrelated
+    question in passing ("Anything fun this weekend?") carries no answer we need.
+    """
+    return any(
+        m.group().rstrip().endswith("?") and stems(m.group()) & wanted
+        for m in _SENTENCE.finditer(text)
+    )
+
+
 def quoted(hits: Sequence[SearchHit]) -> int:
     """How many messages a block of `hits` quotes: each hit, and the replies it carries."""
     return sum(1 + len(hit.replies) for hit in hits)
@@ -184,31 +180,49 @@ def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
     return "\n".join(lines)
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
 
 
 def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
-    """`text`, or when longer than `max_chars` the run of its sentences around the best match."""
+    """`text`, or when longer than `max_chars` the stretch of it around the best match.
+
+    The stretch is whole sentences (or lines) grown around the one sharing most
+    words with the question, cut from the text as written; " [...]" marks each
+    side where text is left out.
+    """
     if len(text) <= max_chars:
         return text
-    sentences = [s for s in _SENTENCE_END.split(text) if s]
-    best = max(range(len(sentences)), key=lambda i: (len(stems(sentences[i]) & wanted), -i))
-    if not wanted or not stems(sentences[best]) & wanted:
-        return text[:max_chars] + " [...]"
-    start = end = best
-    size = len(sentences[best])
-    # Grow by whole sentences, after first (what follows a fact often completes it).
-    while True:
+    spans = [m.span() for m in _SENTENCE.finditer(text) if m.group().strip()]
+    scores = [len(stems(text[a:b]) & wanted) for a, b in spans]
+    best = max(range(len(spans)), key=lambda i: (scores[i], -i), default=0)
+    if not spans or not scores[best]:
+        return _marked(text, 0, max_chars)
+    start, end = spans[best]
+    if end - start > max_chars:  # one long sentence: a window from a little before its match
+        found = (m.start() for m in _WORD.finditer(text, start, end) if _wanted(m, wanted))
+        at = next(found, start)
+        start = max(start, at - max_chars // 4)
+        return _marked(text, start, start + max_chars)
+    first = last = best
+    # Grow by whole sentences, the following one first (it often completes a fact).
+    grown = True
+    while grown:
         grown = False
-        for side in (end + 1, start - 1):
-            if 0 <= side < len(sentences) and size + 1 + len(sentences[side]) <= max_chars:
-                start, end = min(start, side), max(end, side)
-                size += 1 + len(sentences[side])
-                grown = True
-        if not grown:
-            break
-    body = " ".join(sentences[start : end + 1])[:max_chars]
-    return ("[...] " if start > 0 else "") + body + (" [...]" if end < len(sentences) - 1 else "")
+        if last + 1 < len(spans) and spans[last + 1][1] - start <= max_chars:
+            last, end, grown = last + 1, spans[last + 1][1], True
+        if first > 0 and end - spans[first - 1][0] <= max_chars:
+            first, start, grown = first - 1, spans[first - 1][0], True
+    return _marked(text, start, end)
+
+
+def _wanted(word: re.Match[str], wanted: frozenset[str]) -> bool:
+    return stem(word.group().lower()) in wanted
+
+
+def _marked(text: str, start: int, end: int) -> str:
+    body = text[start:end].strip()
+    head = "[...] " if text[:start].strip() else ""
+    return head + body + (" [...]" if text[end:].strip() else "")
 
 
 def question_index(messages: Sequence[Message], dialect: Dialect) -> int:

@@ -297,6 +297,28 @@ def test_embeddings_down_costs_recall_never_a_request_and_heals(tmp_path: Path) 
         assert f"[turn 5, user] {PASSPORT}" in block
 
 
+def test_hybrid_recall_fuses_both_searches_and_keeps_the_lexical_when_embeddings_fail(
+    tmp_path: Path,
+) -> None:
+    locker = "My gym locker code is 4471, at the Central station gym."
+    with in_process(tmp_path, recall_method="hybrid") as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 60):
+            send(user(PASSPORT if i == 5 else locker if i == 7 else filler(i)))
+        r = send(user("Remind me when my passport expires?"))
+        assert int(r.headers["x-context-recall"]) >= 1
+        block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+        assert f"[turn 5, user] {PASSPORT}" in block
+        embedded = [req for req in upstream.requests if req.path.endswith("/embeddings")]
+        assert any("Remind me" in str(req.body) for req in embedded)
+
+        upstream.embeddings_down = True
+        r = send(user("Which locker is mine at the gym?"))
+        assert int(r.headers["x-context-recall"]) >= 1
+        assert f"[turn 7, user] {locker}" in upstream.chat_requests()[-1]["messages"][-2]["content"]
+        assert 'context_proxy_embeddings_total{outcome="failed"}' in client.get("/metrics").text
+
+
 def test_the_block_keeps_the_best_hits_that_fit_max_tokens(tmp_path: Path) -> None:
     # 40 tokens: one quoted fact, not two.
     with in_process(tmp_path, recall_max_tokens="40") as (client, upstream):

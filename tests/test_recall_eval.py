@@ -35,7 +35,6 @@ def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> 
     assert window.found_share <= 0.10
     assert recall.found_share >= 0.60, recall.line()
     assert recall.tokens_share <= 0.12, recall.line()
-    # Five of the six unanswerable questions get a block: their words meet a statement's
-    # by coincidence ("first job" and "first marathon") or nearly ("How many cousins?" and a
-    # cousin's move). What a floor that cuts them without the evidence must beat.
-    assert recall.false_recalls <= 5, recall.line()
+    # Half the unanswerable questions still get a block, mostly a relative's news for a
+    # question about another relative ("How many cousins?" and a cousin's move).
+    assert recall.false_recalls <= 3, recall.line()

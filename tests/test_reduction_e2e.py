@@ -226,7 +226,10 @@ QUESTION = "Remind me when my passport expires?"
 def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
     fake: tuple[MockUpstream, str], tmp_path: Path, method: str
 ) -> None:
-    """Recall: the turn-6 fact comes back at turn 201; prefix share drops 5 points at most."""
+    """Recall: the turn-6 fact comes back at turn 201; the prefix share holds within 2 points.
+
+    (5 for embeddings: with the mock's hashed vectors it costs 3.6 points here.)
+    """
     upstream, upstream_url = fake
     counter = TokenCounter()
     shares: dict[bool, float] = {}
@@ -255,7 +258,7 @@ def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
         else:
             assert block["role"] == "assistant"
         shares[on] = prefix_share(forwarded)
-    assert shares[True] >= shares[False] - 0.05, shares
+    assert shares[True] >= shares[False] - (0.02 if method == "lexical" else 0.05), shares
 
 
 class Agent(App):

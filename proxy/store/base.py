@@ -113,10 +113,10 @@ class ConversationSummary:
 class SearchHit:
     """An archived message that matched a search; `turn` counts user messages up to it.
 
-    A hit that asks something carries the messages that followed it, up to
-    the next of its own role, as its `replies`: in a dialogue the answer rarely
-    repeats the question's words. (More than one when the archive holds an
-    answer the client replaced, a regenerated one say.)
+    A hit that asks something (a sentence ending in "?") carries the messages
+    that followed it, up to the next of its own role, as its `replies`: in a
+    dialogue the answer rarely repeats the question's words. (More than one when
+    the proxy stored an answer the client then resent differently: both follow.)
     """
 
     seq: int

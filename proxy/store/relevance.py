@@ -6,18 +6,20 @@ texts; `proxy.store.search` runs the queries and ranks what passes by BM25.
 BM25 scores are relative, so "the best match" of an unrelated question is
 still a match. The floor asks more of a hit than a score:
 
-- Only the question's words that the conversation has used count: a question
-  may well bring new words along with an old subject.
+- The question's words the conversation never used count at half the weight
+  of a word said once: a question may bring a new word along with an old
+  subject, but one that shares a single word with the conversation is likely
+  about something never said.
 - The names the two sides call each other by do not count. A question about a
   participant names them in the third person ("What does Evan drive?"), while
   they state facts in the first person ("I got a Prius"); the name is in the
   greetings instead ("Hey Evan!"), which it would rank first.
 - Of the rest, the specific words (in at most 2 messages or 5 % of the
   conversation, and not bare numbers) decide: a hit must contain one of them,
-  and its matched words must carry at least half of the IDF weight of the
-  words the conversation has used. A question that shares only the
-  conversation's everyday words finds nothing, nor does one that shares only
-  a number ("day 50" against "budget 50 euros").
+  and its matched words must carry at least half of the question's IDF
+  weight. A question that shares only the conversation's everyday words finds
+  nothing, nor does one that shares only a number ("day 50" against "budget 50
+  euros").
 """
 
 from __future__ import annotations
@@ -27,19 +29,28 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Set
 
-MATCHED_SHARE = 0.5
+MATCHED_SHARE, UNSEEN_SHARE = 0.5, 0.5
 RARE_DOCS, RARE_SHARE = 2, 0.05
 # A word is a name the sides call each other by when at least this share of the
-# messages it occurs in use it so (of the first `ADDRESS_SAMPLE`).
-ADDRESSED_SHARE, ADDRESS_SAMPLE = 0.5, 40
+# messages it occurs in (of the first `ADDRESS_SAMPLE`), and at least `ADDRESSED_MIN`
+# of them, use it so.
+ADDRESSED_SHARE, ADDRESSED_MIN, ADDRESS_SAMPLE = 0.5, 3, 40
 _GREETING = r"(?i:hi|hey|hello|hiya|thanks|thank you|bye|dear|congrats|congratulations|morning)"
 
 
 def addressing(word: str) -> re.Pattern[str]:
-    """A capitalised `word` used to address someone: "Hey Evan!", "Evan, look", "thanks, Evan."."""
+    """`word`, capitalised, used to address someone.
+
+    After a greeting ("Hey Evan!", "Thanks, Evan."), closing a sentence after a
+    comma ("Talk soon, Evan."), or opening a line with "!" or "," ("Evan! Long
+    time."). Names are written capitalised: a chat in lower case has none found.
+    """
     name = re.escape(word[:1].upper() + word[1:])
     return re.compile(
-        rf"(?:^|\b{_GREETING},?\s+|,\s+){name}\s*(?:[,!?.:]|$)|^{name}\s*[,!]", re.MULTILINE
+        rf"\b{_GREETING},?\s+{name}\b(?=\s*(?:[,!.?]|$))"
+        rf"|,\s+{name}\s*[!.?]"
+        rf"|^\s*{name}\s*[!,]",
+        re.MULTILINE,
     )
 
 
@@ -48,7 +59,7 @@ def addressed(word: str, texts: Iterable[str]) -> bool:
     pattern = addressing(word)
     sample = list(texts)[:ADDRESS_SAMPLE]
     used = sum(1 for text in sample if pattern.search(text))
-    return bool(sample) and used >= ADDRESSED_SHARE * len(sample)
+    return used >= max(ADDRESSED_MIN, ADDRESSED_SHARE * len(sample))
 
 
 def idf(total: int, docs: int) -> float:
@@ -66,7 +77,9 @@ def passing(postings: Mapping[str, Set[int]], total: int) -> list[int]:
         return []
     # Everyday words the question shares need not be in a hit: a statement rarely
     # repeats the question's framing ("How old is ...") around its specific word.
-    weight = sum(weights.values())
+    # New words weigh less than a word said once: "passport renewal" still finds "passport".
+    unseen = sum(1 for p in postings.values() if not p) * UNSEEN_SHARE * idf(total, 1)
+    weight = sum(weights.values()) + unseen
     carried: defaultdict[int, float] = defaultdict(float)
     for w, ids in seen.items():
         for i in ids:

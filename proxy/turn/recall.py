@@ -28,8 +28,12 @@ if TYPE_CHECKING:
 
 # Embeddings recall: an archived message must be this much more similar to the
 # question (cosine) than everything forwarded, or the context already covers it.
-# Fused ranks (hybrid) have no such scale: there a hit need only rank above.
+# Fused ranks (hybrid) have no such scale: there a hit need only rank above every
+# forwarded message in the fused ranking (where one both searches found ranks high).
 SIMILARITY_MARGIN = 0.05
+
+# The shortest quote of a message worth a place in the block.
+MIN_QUOTE = 200
 
 log = logging.getLogger("context_proxy.chat")
 
@@ -97,10 +101,6 @@ async def _search(
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
         hits = await _ranked(ctx, key, question, headers, limit)
-    except EmbeddingsUnavailable as exc:
-        ctx.metrics.embeddings.labels("failed").inc()
-        log.info("no recall for %s: embedding the question failed (%s)", key.conversation, exc)
-        return "", 0
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
@@ -111,12 +111,20 @@ async def _search(
     ]
     margin = SIMILARITY_MARGIN if settings.method == "embeddings" else 0.0
     found = recall.fresh(hits, question, context, settings.k, margin)
+    budget = min(settings.max_tokens, room)
     while found:
         quoted = recall.quoted(found)
-        content = recall.quote(found, max(200, settings.max_tokens * 4 // quoted), question)
-        tokens = ctx.counter.count_message(model, {"role": "system", "content": content})
-        if tokens <= min(settings.max_tokens, room):
-            return content, quoted
+        # Long messages are cut (around their match) before a hit is given up: the
+        # cut narrows in proportion to the excess, down to MIN_QUOTE characters.
+        chars = max(MIN_QUOTE, budget * 4 // quoted)
+        while True:
+            content = recall.quote(found, chars, question)
+            tokens = ctx.counter.count_message(model, {"role": "system", "content": content})
+            if tokens <= budget:
+                return content, quoted
+            if chars == MIN_QUOTE:
+                break
+            chars = max(MIN_QUOTE, min(chars - 1, chars * budget // tokens))
         found = found[:-1]
     return "", 0
 
@@ -124,15 +132,23 @@ async def _search(
 async def _ranked(
     ctx: AppContext, key: ConvKey, question: str, headers: dict[str, str], limit: int
 ) -> list[SearchHit]:
-    """The archive's messages for `question`, best first, by the configured method."""
-    settings = ctx.settings.recall
+    """The archive's messages for `question`, best first, by the configured method.
+
+    Hybrid recall whose question cannot be embedded falls back to its lexical hits.
+    """
+    method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
-    if settings.method != "embeddings":
+    if method != "embeddings":
         lexical = await ctx.store.search(key, recall.words(question), limit=limit)
-    if ctx.embedder is None:
+    if method == "lexical" or embedder is None:
         return lexical
-    (vector,) = await ctx.embedder.embed([question], headers)
+    try:
+        (vector,) = await embedder.embed([question], headers)
+    except EmbeddingsUnavailable as exc:
+        ctx.metrics.embeddings.labels("failed").inc()
+        log.info("recall for %s: embedding the question failed (%s)", key.conversation, exc)
+        return lexical
     semantic = await ctx.store.nearest(
-        key, ctx.embedder.model, vector, limit=limit, min_similarity=settings.min_similarity
+        key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
-    return recall.fuse(lexical, semantic) if settings.method == "hybrid" else semantic
+    return recall.fuse(lexical, semantic) if method == "hybrid" else semantic
