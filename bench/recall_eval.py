@@ -3,16 +3,16 @@
 Each conversation is replayed through the real proxy (in process, its
 upstream a mock that answers with the transcript's next message and
 summarises, a SQLite store), one full-history request per answer, as the app
-sent them; then each question is
-asked at the end of the whole conversation, each on a copy of the store as the
-replay left it, so no question sees another. A question's evidence reached the model when the words
-its answer needs are in what was forwarded (the verbatim window or the recall
-block). Without FILE the development set (`bench.recall_set`) is used; FILE
-holds one conversation a line, as `Conversation.as_json` writes it.
+sent them; then each question is asked at the end of the whole conversation,
+each on a copy of the store as the replay left it, so no question sees
+another. A question's evidence reached the model when the words its answer
+needs are in what was forwarded (the verbatim window or the recall block).
+Without FILE the development set (`bench.recall_set`) is used; FILE holds one
+conversation a line, as `Conversation.as_json` writes it.
 
-Reported per configuration: questions with their evidence forwarded, tokens
-forwarded against the whole history, and false recalls (a recall block for a
-question nothing in the conversation answers).
+Reported per configuration: questions with their evidence forwarded, evidence
+turns forwarded, tokens forwarded against the whole history, and false recalls
+(a recall block for a question nothing in the conversation answers).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import shutil
 import statistics
 import tempfile
@@ -49,6 +50,8 @@ class Score:
     name: str
     answerable: int = 0
     found: int = 0
+    evidence_turns: int = 0
+    turns_found: int = 0
     unanswerable: int = 0
     false_recalls: int = 0
     shares: list[float] | None = None
@@ -58,13 +61,18 @@ class Score:
         return self.found / self.answerable if self.answerable else 0.0
 
     @property
+    def turns_share(self) -> float:
+        return self.turns_found / self.evidence_turns if self.evidence_turns else 0.0
+
+    @property
     def tokens_share(self) -> float:
         return statistics.mean(self.shares) if self.shares else 0.0
 
     def line(self) -> str:
         return (
             f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
-            f"({self.found}/{self.answerable})  tokens forwarded {self.tokens_share:6.1%}  "
+            f"({self.found}/{self.answerable})  evidence turns {self.turns_share:6.1%}  "
+            f"tokens forwarded {self.tokens_share:6.1%}  "
             f"false recalls {self.false_recalls}/{self.unanswerable}"
         )
 
@@ -129,7 +137,7 @@ def evaluate(
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
                     response = _send(client, asked, headers)
-                _score(score, question, upstream.last, response)
+                _score(score, question, convo.messages, upstream.last, response)
     return score
 
 
@@ -160,7 +168,11 @@ def _send(client: Any, messages: list[dict[str, str]], headers: dict[str, str]) 
 
 
 def _score(
-    score: Score, question: Question, forwarded: list[dict[str, Any]], response: httpx.Response
+    score: Score,
+    question: Question,
+    said: list[dict[str, str]],
+    forwarded: list[dict[str, Any]],
+    response: httpx.Response,
 ) -> None:
     recalled = int(response.headers.get("x-context-recall", "0"))
     if not question.evidence:
@@ -169,10 +181,33 @@ def _score(
         return
     score.answerable += 1
     seen = " ".join(str(m.get("content", "")) for m in forwarded[:-1])
-    score.found += all(word in seen for word in question.answer)
+    reached = [_reached(said[i]["content"], question.answer, seen) for i in question.evidence]
+    score.evidence_turns += len(reached)
+    score.turns_found += sum(reached)
+    if question.answer:
+        score.found += all(word in seen for word in question.answer)
+    else:  # a file without answer words: one evidence turn forwarded is enough
+        score.found += any(reached)
     tokens_in = int(response.headers["x-context-tokens-in"])
     assert score.shares is not None
     score.shares.append(int(response.headers["x-context-tokens-out"]) / tokens_in)
+
+
+_SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
+
+
+def _reached(text: str, answer: Sequence[str], seen: str) -> bool:
+    """Whether an evidence turn reached the model: whole, or the sentence holding its answer.
+
+    (A long message is quoted around its match, so a cut one counts when the
+    sentence with every answer word is there.)
+    """
+    if text.strip() in seen:
+        return True
+    sentences = (m.group().strip() for m in _SENTENCE.finditer(text))
+    return bool(answer) and any(
+        s in seen for s in sentences if s and all(word in s for word in answer)
+    )
 
 
 def load(path: str) -> list[Conversation]:

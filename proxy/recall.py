@@ -92,7 +92,9 @@ def fresh(
     - a hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
       earlier instances every time);
-    - the question itself, and repeats of an earlier hit, are skipped.
+    - the question itself, and repeats of an earlier hit, are skipped;
+    - a hit keeps the replies it carries only when it asks about the question,
+      and only those neither forwarded nor quoted already.
     """
     wanted = stems(question)
     covered = [stems(text) & wanted for text in context]

@@ -7,9 +7,12 @@ here. They are not the goal (the held-out benchmark is); see docs/recall.md.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from bench.recall_eval import evaluate
+from bench.recall_eval import _reached, evaluate, load
 from bench.recall_set import FACTS, conversation, dev_set
 
 pytestmark = pytest.mark.integration
@@ -38,3 +41,27 @@ def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> 
     # Half the unanswerable questions still get a block, mostly a relative's news for a
     # question about another relative ("How many cousins?" and a cousin's move).
     assert recall.false_recalls <= 3, recall.line()
+
+
+def test_an_evidence_turn_reached_the_model_whole_or_by_its_answer_sentence() -> None:
+    said = "Work was busy. I am allergic to peanuts, so I check labels. The train was late."
+    assert _reached(said, (), f"[turn 3, user] {said}")
+    cut = "[...] I am allergic to peanuts, so I check labels. [...]"
+    assert _reached(said, ("peanuts",), cut)
+    assert not _reached(said, (), cut)  # no answer words: only the whole turn counts
+    assert not _reached(said, ("peanuts",), "Work was busy.")
+
+
+def test_a_file_of_conversations_is_scored_by_its_evidence_turns(tmp_path: Path) -> None:
+    convo = conversation(3)
+    questions = [
+        {"text": q.text, "evidence": q.evidence} for q in convo.questions
+    ]  # no answer words, as a benchmark file may have
+    path = tmp_path / "convos.jsonl"
+    path.write_text(json.dumps({"messages": convo.messages, "questions": questions}) + "\n")
+    (loaded,) = load(str(path))
+    assert [q.answer for q in loaded.questions] == [()] * len(questions)
+    window, recall = evaluate([loaded], "window", recall=False), evaluate([loaded], "recall")
+    assert window.evidence_turns == recall.evidence_turns == 10
+    # A question counts when one of its (here single) evidence turns reached the model.
+    assert recall.found == recall.turns_found > window.found == window.turns_found

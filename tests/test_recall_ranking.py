@@ -76,8 +76,10 @@ def test_a_name_is_one_the_sides_address_each_other_by() -> None:
     assert not relevance.addressed("maya", said_of)
     places = ["We flew to Denver.", "Boston, Denver, and Austin.", "Denver is lovely, Denver."]
     assert not relevance.addressed("denver", places)
-    # Once or twice is not enough, even when it is every time.
-    assert not relevance.addressed("evan", greetings[:2])
+    # Twice is enough when it is every time; once, or twice among others, is not.
+    assert relevance.addressed("evan", greetings[:2])
+    assert not relevance.addressed("evan", greetings[:1])
+    assert not relevance.addressed("evan", [*greetings[:2], "Evan said so.", "Ask Evan."])
     assert not relevance.addressed("evan", [])
 
 

@@ -32,9 +32,10 @@ from collections.abc import Iterable, Mapping, Set
 MATCHED_SHARE, UNSEEN_SHARE = 0.5, 0.5
 RARE_DOCS, RARE_SHARE = 2, 0.05
 # A word is a name the sides call each other by when at least this share of the
-# messages it occurs in (of the first `ADDRESS_SAMPLE`), and at least `ADDRESSED_MIN`
-# of them, use it so.
-ADDRESSED_SHARE, ADDRESSED_MIN, ADDRESS_SAMPLE = 0.5, 3, 40
+# messages it occurs in (of the first `ADDRESS_SAMPLE`) use it so, and at least
+# `ADDRESSED_MIN` of them, or every one of at least `ADDRESSED_ALL` (a name said
+# only to greet, but seldom: then it is rare, and would carry the floor's weight).
+ADDRESSED_SHARE, ADDRESSED_MIN, ADDRESSED_ALL, ADDRESS_SAMPLE = 0.5, 3, 2, 40
 _GREETING = r"(?i:hi|hey|hello|hiya|thanks|thank you|bye|dear|congrats|congratulations|morning)"
 
 
@@ -59,6 +60,8 @@ def addressed(word: str, texts: Iterable[str]) -> bool:
     pattern = addressing(word)
     sample = list(texts)[:ADDRESS_SAMPLE]
     used = sum(1 for text in sample if pattern.search(text))
+    if used == len(sample):
+        return used >= ADDRESSED_ALL
     return used >= max(ADDRESSED_MIN, ADDRESSED_SHARE * len(sample))
 
 

@@ -44,7 +44,7 @@ MAX_WORDS = 16
 REPLIED = 50
 # A question mark that ends a sentence ("Still driving?"), not one inside a URL or code.
 _ASKS = re.compile(r"\?(?:\s|$)")
-# A reply, and the answers a client replaced before it.
+# The reply, and an answer the proxy stored before the client resent its own.
 MAX_REPLIES = 3
 _BATCH = 1000
 
@@ -146,7 +146,9 @@ def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) 
     if not total:
         return []
     postings = {w: _postings(db, tag, w) for w in wanted}
-    names = [w for w, p in postings.items() if len(p) > 1 and _addressed(db, w, p)]
+    names = [
+        w for w, p in postings.items() if len(p) >= relevance.ADDRESSED_ALL and _addressed(db, w, p)
+    ]
     counted = {w: p for w, p in postings.items() if w not in names}
     eligible = relevance.passing(counted, total)
     if not eligible:
