@@ -222,13 +222,13 @@ FACT = "My passport number is X1234567 and it expires in March 2031."
 QUESTION = "Remind me when my passport expires?"
 
 
-@pytest.mark.parametrize("method", ["lexical", "embeddings"])
+@pytest.mark.parametrize("method", ["lexical", "embeddings", "hybrid"])
 def test_recall_over_300_turns_keeps_invariants_and_the_prefix_cache(
     fake: tuple[MockUpstream, str], tmp_path: Path, method: str
 ) -> None:
     """Recall: the turn-6 fact comes back at turn 201; the prefix share holds within 2 points.
 
-    (5 for embeddings: with the mock's hashed vectors it costs 3.6 points here.)
+    (5 with embeddings: with the mock's hashed vectors they cost 3.6 points here.)
     """
     upstream, upstream_url = fake
     counter = TokenCounter()
