@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import shutil
 import statistics
 import tempfile
@@ -37,6 +36,7 @@ from proxy.mock import PROSE
 from proxy.mock.chat import summary_of
 from proxy.mock.embeddings import embedding_of
 from proxy.settings import Settings
+from proxy.store.relevance import SENTENCE
 from proxy.tokens import offline_counter
 
 from .recall_set import Conversation, Question, dev_set
@@ -193,9 +193,6 @@ def _score(
     score.shares.append(int(response.headers["x-context-tokens-out"]) / tokens_in)
 
 
-_SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
-
-
 def _reached(text: str, answer: Sequence[str], seen: str) -> bool:
     """Whether an evidence turn reached the model: whole, or the sentence holding its answer.
 
@@ -204,7 +201,7 @@ def _reached(text: str, answer: Sequence[str], seen: str) -> bool:
     """
     if text.strip() in seen:
         return True
-    sentences = (m.group().strip() for m in _SENTENCE.finditer(text))
+    sentences = (m.group().strip() for m in SENTENCE.finditer(text))
     return bool(answer) and any(
         s in seen for s in sentences if s and all(word in s for word in answer)
     )

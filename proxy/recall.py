@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from .dialects import Dialect
 from .messages import Message
+from .store import relevance
 from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
@@ -156,10 +157,7 @@ def asks_about(text: str, wanted: frozenset[str]) -> bool:
     Only then is what answered it worth quoting: a long message with an unrelated
     question in passing ("Anything fun this weekend?") carries no answer we need.
     """
-    return any(
-        m.group().rstrip().endswith("?") and stems(m.group()) & wanted
-        for m in _SENTENCE.finditer(text)
-    )
+    return any(stems(asked) & wanted for asked in relevance.questions(text))
 
 
 def quoted(hits: Sequence[SearchHit]) -> int:
@@ -182,9 +180,6 @@ def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
     return "\n".join(lines)
 
 
-_SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
-
-
 def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
     """`text`, or when longer than `max_chars` the stretch of it around the best match.
 
@@ -194,7 +189,7 @@ def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
     """
     if len(text) <= max_chars:
         return text
-    spans = [m.span() for m in _SENTENCE.finditer(text) if m.group().strip()]
+    spans = [m.span() for m in relevance.SENTENCE.finditer(text) if m.group().strip()]
     scores = [len(stems(text[a:b]) & wanted) for a, b in spans]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i), default=0)
     if not spans or not scores[best]:

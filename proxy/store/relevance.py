@@ -2,6 +2,9 @@
 
 Pure, over postings (the indexed messages each word occurs in) and message
 texts; `proxy.store.search` runs the queries and ranks what passes by BM25.
+What a message asks (its sentences ending in "?") is here too: the search
+looks up the replies of hits that ask, and recall keeps those that ask about
+the question.
 
 BM25 scores are relative, so "the best match" of an unrelated question is
 still a match. The floor asks more of a hit than a score:
@@ -63,6 +66,16 @@ def addressed(word: str, texts: Iterable[str]) -> bool:
     if used == len(sample):
         return used >= ADDRESSED_ALL
     return used >= max(ADDRESSED_MIN, ADDRESSED_SHARE * len(sample))
+
+
+# A sentence or a line: text up to its closing punctuation, a line break or the end.
+SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
+
+
+def questions(text: str) -> list[str]:
+    """The sentences of `text` that ask something (end in "?"), as written."""
+    found = (m.group().strip() for m in SENTENCE.finditer(text))
+    return [s for s in found if s.endswith("?")]
 
 
 def idf(total: int, docs: int) -> float:

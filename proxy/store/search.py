@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,8 +41,6 @@ MAX_WORDS = 16
 # Hits that get their reply looked up: the best ones, which the recall block quotes
 # (its `k` is a handful); the rest of a search's hits are only compared.
 REPLIED = 50
-# A question mark that ends a sentence ("Still driving?"), not one inside a URL or code.
-_ASKS = re.compile(r"\?(?:\s|$)")
 # The reply, and an answer the proxy stored before the client resent its own.
 MAX_REPLIES = 3
 _BATCH = 1000
@@ -177,7 +174,7 @@ def _replies(
     indexed in order, so the next row ids of its tag are what came next.
     """
     asker, text = hit
-    if rank >= REPLIED or not _ASKS.search(text):
+    if rank >= REPLIED or not relevance.questions(text):
         return ()
     rows = db.execute(
         "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
