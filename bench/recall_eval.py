@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import shutil
+import sqlite3
 import statistics
 import tempfile
 from collections.abc import Sequence
@@ -114,7 +116,9 @@ def evaluate(
     method: str = "lexical",
     k: int = 5,
     max_tokens: int = 1200,
+    plain: bool = False,
 ) -> Score:
+    """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off)."""
     from starlette.testclient import TestClient
 
     score = Score(name, shares=[])
@@ -137,7 +141,8 @@ def evaluate(
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
                     response = _send(client, asked, headers)
-                _score(score, question, convo.messages, upstream.last, response)
+                extra = _plain_top(convo.messages, question.text, k) if plain else []
+                _score(score, question, convo.messages, upstream.last, response, extra)
     return score
 
 
@@ -173,14 +178,15 @@ def _score(
     said: list[dict[str, str]],
     forwarded: list[dict[str, Any]],
     response: httpx.Response,
+    extra: Sequence[str] = (),
 ) -> None:
-    recalled = int(response.headers.get("x-context-recall", "0"))
+    recalled = int(response.headers.get("x-context-recall", "0")) or len(extra)
     if not question.evidence:
         score.unanswerable += 1
         score.false_recalls += recalled > 0
         return
     score.answerable += 1
-    seen = " ".join(str(m.get("content", "")) for m in forwarded[:-1])
+    seen = " ".join([*(str(m.get("content", "")) for m in forwarded[:-1]), *extra])
     reached = [_reached(said[i]["content"], question.answer, seen) for i in question.evidence]
     score.evidence_turns += len(reached)
     score.turns_found += sum(reached)
@@ -189,8 +195,11 @@ def _score(
     else:  # a file without answer words: one evidence turn forwarded is enough
         score.found += any(reached)
     tokens_in = int(response.headers["x-context-tokens-in"])
+    tokens_out = int(response.headers["x-context-tokens-out"])
+    counter = offline_counter()
+    tokens_out += sum(counter.count_message(MODEL, {"role": "user", "content": t}) for t in extra)
     assert score.shares is not None
-    score.shares.append(int(response.headers["x-context-tokens-out"]) / tokens_in)
+    score.shares.append(tokens_out / tokens_in)
 
 
 def _reached(text: str, answer: Sequence[str], seen: str) -> bool:
@@ -205,6 +214,16 @@ def _reached(text: str, answer: Sequence[str], seen: str) -> bool:
     return bool(answer) and any(
         s in seen for s in sentences if s and all(word in s for word in answer)
     )
+
+
+def _plain_top(messages: Sequence[dict[str, str]], question: str, k: int) -> list[str]:
+    """The baseline the issue measured: FTS5 BM25 over single turns, every word, no floor."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize = 'porter unicode61')")
+    db.executemany("INSERT INTO t (body) VALUES (?)", [(m["content"],) for m in messages])
+    words = " OR ".join(f'"{w}"' for w in re.findall(r"\w+", question))
+    rows = db.execute("SELECT body FROM t WHERE t MATCH ? ORDER BY rank LIMIT ?", (words, k))
+    return [body for (body,) in rows]
 
 
 def load(path: str) -> list[Conversation]:
@@ -228,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     conversations = load(args.file) if args.file else dev_set()
     print(evaluate(conversations, "window only", window=args.window, recall=False).line())
+    plain = evaluate(
+        conversations, "plain BM25 top-5, no floor", window=args.window, recall=False, plain=True
+    )
+    print(plain.line())
     print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the

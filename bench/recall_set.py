@@ -151,6 +151,77 @@ DISTRACTORS = [
     "My aunt ran a half marathon in Boston.",
 ]
 
+# Each person's running interest, mentioned in about half the sessions, as real
+# chats return to a hobby or a job: its words are everywhere, also in the last
+# sessions the window keeps. One fact is about one moment of it, and its question
+# may share nothing with the statement but the interest's own word.
+THEMES = [
+    (
+        [
+            "Went hiking with the club on Saturday, my legs are still sore.",
+            "The hiking trail by the reservoir was muddy but worth it.",
+            "I bought new hiking boots, breaking them in slowly.",
+            "Our hiking group is planning a longer route next month.",
+            "Hiking in the fog this morning felt like a dream.",
+            "I keep a notebook of every hike I do.",
+        ],
+        (
+            "On our last hike we saw a black bear near the trail, scary but amazing.",
+            "What animal did {name} see while hiking?",
+            ("bear",),
+            "Seen anything wild on your hikes?",
+        ),
+    ),
+    (
+        [
+            "I spent the afternoon painting again, it calms me down.",
+            "My painting class was packed tonight.",
+            "I bought new brushes for my painting.",
+            "Still working on that painting of the harbour.",
+            "Painting by the window in this light is lovely.",
+            "I hung one of my paintings in the hallway.",
+        ],
+        (
+            "For my mum's birthday I painted a sunrise over the lake.",
+            "What did {name} paint for their mum's birthday?",
+            ("sunrise",),
+            "What are you painting these days?",
+        ),
+    ),
+    (
+        [
+            "Volunteered at the animal shelter this morning, so many puppies.",
+            "The shelter is short of volunteers again.",
+            "I did the late shift at the shelter, walking the dogs.",
+            "We had an adoption day at the shelter, six dogs found homes.",
+            "I love my Saturdays at the shelter.",
+            "The shelter got a donation of blankets this week.",
+        ],
+        (
+            "At the shelter they made me coordinator of the weekend volunteers.",
+            "What role does {name} have at the shelter?",
+            ("coordinator",),
+            "How are things at the shelter?",
+        ),
+    ),
+    (
+        [
+            "Band practice ran late tonight.",
+            "Our band is learning a new song, the bridge is tricky.",
+            "The drummer in my band moved away, we need a new one.",
+            "We recorded a rough demo with the band.",
+            "Band rehearsal got cancelled because of the storm.",
+            "Our band finally has a name we all like.",
+        ],
+        (
+            "Our band played its first gig at the Blue Note, about forty people came.",
+            "Where did {name}'s band play its first gig?",
+            ("Blue Note",),
+            "When is your band playing live?",
+        ),
+    ),
+]
+
 GREETINGS = [
     "Hey {name}!",
     "Hi {name}, good to hear from you.",
@@ -204,6 +275,24 @@ def conversation(seed: int, sessions: int = 25, turns: int = 24) -> Conversation
     asked = {n - 1: planned[n][3] for n in slots if rng.random() < 0.5 and n - 1 not in planned}
     # Each said once, as people mention a friend's news once.
     distractors = rng.sample(DISTRACTORS, k=len(DISTRACTORS))
+    # A running interest each, mentioned in about half the sessions.
+    themed = random.Random(seed + 1000)
+    interests = [THEMES[seed % len(THEMES)], THEMES[(seed + 1) % len(THEMES)]]
+    mentions: dict[int, str] = {}
+    for s in range(sessions):
+        for side, (pool, _) in enumerate(interests):
+            if themed.random() < 0.5:
+                mentions[s * turns + themed.randrange(side, turns, 2)] = themed.choice(pool)
+    for side, (_, fact) in enumerate(interests):
+        free = [
+            n
+            for n in range(turns + side, sessions * turns * 7 // 10, 2)
+            if not {n - 1, n, n + 1} & (planned.keys() | asked.keys())
+        ]
+        n = themed.choice(free)
+        planned[n] = fact
+        if themed.random() < 0.5:
+            asked[n - 1] = fact[3]
     messages: list[dict[str, str]] = []
     questions: list[Question] = []
     for s in range(sessions):
@@ -233,6 +322,8 @@ def conversation(seed: int, sessions: int = 25, turns: int = 24) -> Conversation
                 parts.append(rng.choice(SMALL_TALK))
             if rng.random() < 0.9:  # a second sentence of small talk
                 parts.append(rng.choice(SMALL_TALK))
+            if n in mentions:
+                parts.append(mentions[n])
             if rng.random() < 0.08:
                 parts.append(rng.choice(VOCATIVES).format(name=other))
             messages.append({"role": role, "content": " ".join(p for p in parts if p)})

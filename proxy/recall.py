@@ -16,41 +16,15 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from .dialects import Dialect
+from .english import FORMS, FRAMING, STOPWORDS, forms
 from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
 _WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
-# English function words (pronouns, auxiliaries, determiners, prepositions): they
-# say nothing about what a question is about. Words under three letters never count.
-# fmt: off
-STOPWORDS = frozenset((
-    "the", "and", "for", "are", "but", "not", "you", "your", "yours", "with", "this", "that",
-    "these", "those", "what", "was", "were", "has", "have", "had", "having", "can", "could",
-    "would", "should", "will", "shall", "might", "must", "about", "from", "into", "onto",
-    "they", "them", "their", "theirs", "there", "then", "than", "when", "where", "which", "who",
-    "whom", "whose", "why", "how", "all", "any", "its", "our", "ours", "out", "also", "just",
-    "like", "some", "did", "does", "doing", "done", "been", "being", "tell", "please", "she",
-    "her", "hers", "herself", "his", "him", "himself", "myself", "yourself", "ourselves",
-    "themselves", "itself", "each", "both", "few", "more", "most", "other", "others", "such",
-    "only", "own", "same", "too", "very", "really", "again", "here", "over", "under", "above",
-    "below", "after", "before", "during", "since", "until", "while", "through", "between",
-    "against", "without", "within", "along", "around", "across", "behind", "beyond", "upon",
-    "off", "down", "via", "per", "yes", "yeah", "okay", "don", "didn", "doesn", "isn", "wasn",
-    "aren", "weren", "hasn", "haven", "hadn", "couldn", "wouldn", "shouldn", "going",
-))
-# fmt: on
-# Words that frame a question rather than say what it is about ("What is the name of
-# her dog?", "What kind of car ...", "Does he still ..."): the statement that answers
-# rarely has them, and when the conversation uses them seldom they outweigh the subject.
-# fmt: off
-FRAMING = frozenset((
-    "name", "kind", "type", "sort", "recent", "recently", "lately", "many", "much", "often",
-    "usually", "ever", "still", "get", "got", "thing", "things", "remind", "remember",
-    "mention", "mentioned",
-))
-# fmt: on
+# Also shorter: a verb of two letters has longer forms ("go", "went").
+_ANY_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def words(text: str) -> list[str]:
@@ -58,8 +32,19 @@ def words(text: str) -> list[str]:
 
     No stemming here: FTS5's porter tokenizer stems both sides.
     """
-    found = (m.lower() for m in _WORD.findall(text))
-    return list(dict.fromkeys(w for w in found if w not in STOPWORDS and w not in FRAMING))
+    found = (m.lower() for m in _ANY_WORD.findall(text))
+    return list(
+        dict.fromkeys(
+            w
+            for w in found
+            if (_WORD.fullmatch(w) or w in FORMS) and w not in STOPWORDS and w not in FRAMING
+        )
+    )
+
+
+def terms(text: str) -> list[tuple[str, ...]]:
+    """The question's search terms: each word with the other forms of its verb."""
+    return [forms(w) for w in words(text)]
 
 
 def stem(word: str) -> str:
@@ -71,7 +56,8 @@ def stem(word: str) -> str:
 
 
 def stems(text: str) -> frozenset[str]:
-    return frozenset(stem(w) for w in words(text))
+    """The stems of `text`'s words and of their verbs' other forms ("saw" meets "see")."""
+    return frozenset(stem(form) for w in words(text) for form in forms(w))
 
 
 def fresh(

@@ -172,6 +172,41 @@ def test_a_fact_from_turn_5_comes_back_at_turn_200(
     assert r.headers["x-context-recall"] == "0"
 
 
+def test_the_block_takes_the_headroom_when_the_history_stands_just_below_the_trigger(
+    lexical: tuple[TestClient, MockUpstream],
+) -> None:
+    """On the turn before a summary the history leaves recall no room below the trigger;
+    the block takes the window's headroom above it, which the history never fills."""
+    client, _ = lexical
+    counter, limit = TokenCounter(), int(0.7 * WINDOW)
+    question = user("Remind me when my passport expires?")
+    history: list[Any] = [system("You are a travel agent.")]
+    out = 0
+
+    def post(messages: list[Any]) -> httpx.Response:
+        headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trip"}
+        r = client.post(CHAT, json={"model": "tiny", "messages": messages}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r
+
+    for i in range(1, 400):
+        # What the question's turn would forward: the reduced history so far, grown by
+        # the last answer and the question (no reduction in between while below the trigger).
+        coming = out + counter.count_messages("tiny", [history[-1], question])
+        if i > 80 and limit - 45 < coming <= limit - 2:
+            break
+        history.append(user(PASSPORT if i == 5 else filler(i)))
+        r = post(history)
+        assert r.headers["x-context-recall"] == "0"
+        out = int(r.headers["x-context-tokens-out"])
+        history.append(r.json()["choices"][0]["message"])
+    else:
+        pytest.fail("the history never stood just below the trigger")
+    r = post([*history, question])
+    assert r.headers["x-context-recall"] == "2"
+    assert limit < int(r.headers["x-context-tokens-out"]) <= WINDOW
+
+
 def test_tool_results_within_a_turn_repeat_the_same_block(
     lexical: tuple[TestClient, MockUpstream],
 ) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.recall_eval import _reached, evaluate, load
-from bench.recall_set import FACTS, conversation, dev_set
+from bench.recall_set import FACTS, THEMES, conversation, dev_set
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 def test_the_generator_is_deterministic_and_annotates_its_evidence() -> None:
     first, again = conversation(7), conversation(7)
     assert first.messages == again.messages and first.as_json() == again.as_json()
-    statements = {fact[0] for fact in FACTS}
+    statements = {fact[0] for fact in FACTS} | {fact[0] for _, fact in THEMES}
     for question in first.questions:
         if question.evidence:
             (at,) = question.evidence
@@ -31,16 +31,25 @@ def test_the_generator_is_deterministic_and_annotates_its_evidence() -> None:
     assert sum(1 for q in first.questions if not q.evidence) == 2
 
 
+def test_each_side_keeps_coming_back_to_an_interest_the_window_also_holds() -> None:
+    convo = conversation(0)
+    for pool, _ in THEMES[:2]:  # the two interests of seed 0
+        sessions = {
+            n // 24 for n, m in enumerate(convo.messages) if any(s in m["content"] for s in pool)
+        }
+        assert len(sessions) >= 8 and max(sessions) >= 20, sessions
+
+
 def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> None:
     conversations = dev_set(3)
     window = evaluate(conversations, "window only", recall=False)
     recall = evaluate(conversations, "lexical recall")
     assert window.found_share <= 0.10
-    assert recall.found_share >= 0.60, recall.line()
+    assert recall.found_share >= 0.65, recall.line()
     assert recall.tokens_share <= 0.12, recall.line()
     # Half the unanswerable questions still get a block, mostly a relative's news for a
     # question about another relative ("How many cousins?" and a cousin's move).
-    assert recall.false_recalls <= 3, recall.line()
+    assert recall.false_recalls <= 2, recall.line()
 
 
 def test_an_evidence_turn_reached_the_model_whole_or_by_its_answer_sentence() -> None:
@@ -62,6 +71,6 @@ def test_a_file_of_conversations_is_scored_by_its_evidence_turns(tmp_path: Path)
     (loaded,) = load(str(path))
     assert [q.answer for q in loaded.questions] == [()] * len(questions)
     window, recall = evaluate([loaded], "window", recall=False), evaluate([loaded], "recall")
-    assert window.evidence_turns == recall.evidence_turns == 10
+    assert window.evidence_turns == recall.evidence_turns == 12
     # A question counts when one of its (here single) evidence turns reached the model.
     assert recall.found == recall.turns_found > window.found == window.turns_found

@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import recall
+from proxy import english, recall
 from proxy.store import relevance
 from proxy.store.base import SearchHit
 
@@ -65,6 +65,24 @@ def test_new_words_count_at_half_the_weight_of_a_word_said_once() -> None:
     twice = frozenset({3, 8})
     assert sorted(relevance.passing({"museum": twice, "opera": never}, 100)) == [3, 8]
     assert relevance.passing({"museum": twice, "opera": never, "ballet": never}, 100) == []
+
+
+def test_a_verb_is_searched_in_all_its_forms_and_short_ones_count() -> None:
+    assert recall.terms("Where did Evan go, and what did he see?") == [
+        ("evan",),
+        ("go", "went", "gone"),
+        ("see", "saw", "seen"),
+    ]
+    assert recall.words("Is it ok to go?") == ["go"]  # two letters, but "went" is longer
+
+
+@given(st.sampled_from(sorted(english.FORMS)), st.sampled_from(sorted(english.FORMS)))
+def test_the_forms_of_a_verb_meet_each_other_and_no_other_verb(one: str, other: str) -> None:
+    group = english.forms(one)
+    assert one in group and english.forms(group[0]) == group
+    assert all(english.forms(form) == group for form in group)
+    meet = recall.stems(f"did she {one} it") & recall.stems(f"we {other} it")
+    assert bool(meet) == (other in group)
 
 
 def test_a_name_is_one_the_sides_address_each_other_by() -> None:

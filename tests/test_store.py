@@ -713,6 +713,24 @@ async def test_search_leaves_out_the_names_the_sides_call_each_other(store: Stor
 
 
 @pytest.mark.asyncio
+async def test_a_word_given_with_its_forms_matches_any_and_weighs_as_one(store: Store) -> None:
+    messages = chat_between_friends()
+    messages[5:5] = [
+        user("On our last hike we saw a black bear near the trail."),
+        assistant("A bear! Glad you are safe."),
+    ]
+    await store.commit(turn(ALICE, messages))
+    see = ("see", "saw", "seen")
+    (hit,) = await store.search(ALICE, [see, "hike"], limit=5)
+    assert hit.text == messages[5]["content"]
+    # Without its past form "see" is a word the chat never used, and the hike alone
+    # does not carry half the weight of a question with three new words.
+    assert await store.search(ALICE, ["see", "hike", "forest", "river"], limit=5) == []
+    (hit,) = await store.search(ALICE, [see, "hike", "forest", "river"], limit=5)
+    assert hit.text == messages[5]["content"]
+
+
+@pytest.mark.asyncio
 async def test_a_hit_that_asks_carries_what_answered_it(store: Store) -> None:
     messages = chat_between_friends()
     await store.commit(turn(ALICE, messages))

@@ -190,8 +190,13 @@ class Store(Protocol):
         """Archived messages in the order they were first stored, all branches included."""
         ...
 
-    async def search(self, key: ConvKey, words: Sequence[str], *, limit: int) -> list[SearchHit]:
+    async def search(
+        self, key: ConvKey, words: Sequence[str | tuple[str, ...]], *, limit: int
+    ) -> list[SearchHit]:
         """Archived user, assistant and tool messages matching `words`, best first.
+
+        A word may come with its other forms (`("see", "saw", "seen")`): any of
+        them matches, and they count as one word.
 
         Only hits above the relevance floor of `proxy.store.search` count; the
         index catches up with the archive first, so the newest turn is searchable.

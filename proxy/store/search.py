@@ -131,9 +131,17 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
     )
 
 
-def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) -> list[SearchHit]:
-    """The best `limit` hits above the relevance floor, best first."""
-    wanted = list(dict.fromkeys(words))[:MAX_WORDS]
+def search(
+    db: sqlite3.Connection, conv: int, words: Sequence[str | tuple[str, ...]], limit: int
+) -> list[SearchHit]:
+    """The best `limit` hits above the relevance floor, best first.
+
+    A word given with its other forms matches by any of them; the floor counts
+    them as one word, under the first.
+    """
+    groups = {w: (w,) if isinstance(w, str) else w for w in words}
+    forms = dict((g[0], g) for g in groups.values() if g)
+    wanted = list(forms)[:MAX_WORDS]
     if not wanted or limit <= 0:
         return []
     tag = _tag(conv)
@@ -142,16 +150,18 @@ def search(db: sqlite3.Connection, conv: int, words: Sequence[str], limit: int) 
     ).fetchone()
     if not total:
         return []
-    postings = {w: _postings(db, tag, w) for w in wanted}
+    postings = {w: _postings(db, tag, forms[w]) for w in wanted}
     names = [
-        w for w, p in postings.items() if len(p) >= relevance.ADDRESSED_ALL and _addressed(db, w, p)
+        w
+        for w, p in postings.items()
+        if len(forms[w]) == 1 and len(p) >= relevance.ADDRESSED_ALL and _addressed(db, w, p)
     ]
     counted = {w: p for w, p in postings.items() if w not in names}
     eligible = relevance.passing(counted, total)
     if not eligible:
         return []
     wanted = [w for w in wanted if w not in names]
-    anyword = " OR ".join(f'body : "{w}"' for w in wanted)
+    anyword = " OR ".join(_match(forms[w]) for w in wanted)
     query = f"{tag} AND ({anyword})"
     rows = db.execute(
         "SELECT rowid, seq, turn, role, body, rank FROM message_search WHERE message_search MATCH ?"
@@ -185,8 +195,13 @@ def _replies(
     return tuple(SearchHit(int(s), int(t), str(r), str(b), 0.0) for s, t, r, b in replies)
 
 
-def _postings(db: sqlite3.Connection, tag: str, word: str) -> set[int]:
-    query = f'{tag} AND body : "{word}"'
+def _match(forms: tuple[str, ...]) -> str:
+    """The FTS5 query for a word in any of its forms."""
+    return "body : (" + " OR ".join(f'"{form}"' for form in forms) + ")"
+
+
+def _postings(db: sqlite3.Connection, tag: str, forms: tuple[str, ...]) -> set[int]:
+    query = f"{tag} AND {_match(forms)}"
     return {r[0] for r in db.execute(_ROWIDS, (query,))}
 
 
@@ -357,7 +372,9 @@ class Searchable:
         """
         raise NotImplementedError
 
-    async def search(self, key: ConvKey, words: Sequence[str], *, limit: int) -> list[SearchHit]:
+    async def search(
+        self, key: ConvKey, words: Sequence[str | tuple[str, ...]], *, limit: int
+    ) -> list[SearchHit]:
         words = list(words)
         return await self._indexed(key, lambda db, c: search(db, c, words, limit), [])
 

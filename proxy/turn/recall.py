@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 # forwarded message in the fused ranking (where one both searches found ranks high).
 SIMILARITY_MARGIN = 0.05
 
+# Claude's tokenizer (or any without its encoding files) can make up to a fifth more
+# tokens of a text than the estimate the counts here are.
+ESTIMATE_ERROR = 1.2
+
 # The shortest quote of a message worth a place in the block.
 MIN_QUOTE = 200
 
@@ -56,7 +60,7 @@ async def recall_into(
     at = recall.question_index(reduction.messages, dialect)
     if at < 0:
         return reduction, 0
-    room = ctx.budget(model, reserved).limit - reduction.tokens_out
+    room = _room(ctx, model, reserved, dialect) - reduction.tokens_out
     asked = digest(reduction.messages[at])
     cached = ctx.sessions.recall(key)
     if at < len(reduction.messages) - 1 and cached is not None and cached.question == asked:
@@ -77,6 +81,20 @@ async def recall_into(
     return dataclasses.replace(
         reduction, messages=messages, tokens_out=reduction.tokens_out + extra
     ), found
+
+
+def _room(ctx: AppContext, model: str, reserved: int, dialect: Dialect) -> int:
+    """How many tokens the forwarded request may hold with its recall block.
+
+    The block takes the window's headroom above the trigger, which the history
+    never fills, so recall has its room wherever the reduction stands in its
+    cycle (just below the trigger, the turn before it summarises, too). It stops
+    short of what the upstream accepts by the estimate's error when counts are
+    estimated.
+    """
+    hard = ctx.budget(model, reserved).hard_limit
+    estimated = dialect.name == "anthropic" or not ctx.counter.exact
+    return int(hard / ESTIMATE_ERROR) if estimated else hard
 
 
 async def _search(
@@ -139,7 +157,7 @@ async def _ranked(
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
     if method != "embeddings":
-        lexical = await ctx.store.search(key, recall.words(question), limit=limit)
+        lexical = await ctx.store.search(key, recall.terms(question), limit=limit)
     if method == "lexical" or embedder is None:
         return lexical
     try:

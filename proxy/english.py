@@ -1,0 +1,75 @@
+"""English word lists the recall query is built with: words it skips, and verb forms it joins.
+
+Recall searches an English conversation for the words of an English question.
+A question says "What did she see?" where the statement said "we saw a bear":
+stemming (FTS5's porter tokenizer) joins "painted" and "paint", never "saw" and
+"see", so the irregular verbs' forms are listed here, each group searched as
+one word. Lists, not a lemmatizer: the irregular verbs are a closed set, and
+the lemmatizing libraries bring dictionaries or numpy to a proxy that needs a
+hundred words of them.
+"""
+
+from __future__ import annotations
+
+# Function words (pronouns, auxiliaries, determiners, prepositions): they say nothing
+# about what a question is about. Words under three letters never count.
+# fmt: off
+STOPWORDS = frozenset((
+    "the", "and", "for", "are", "but", "not", "you", "your", "yours", "with", "this", "that",
+    "these", "those", "what", "was", "were", "has", "have", "had", "having", "can", "could",
+    "would", "should", "will", "shall", "might", "must", "about", "from", "into", "onto",
+    "they", "them", "their", "theirs", "there", "then", "than", "when", "where", "which", "who",
+    "whom", "whose", "why", "how", "all", "any", "its", "our", "ours", "out", "also", "just",
+    "like", "some", "did", "does", "doing", "done", "been", "being", "tell", "please", "she",
+    "her", "hers", "herself", "his", "him", "himself", "myself", "yourself", "ourselves",
+    "themselves", "itself", "each", "both", "few", "more", "most", "other", "others", "such",
+    "only", "own", "same", "too", "very", "really", "again", "here", "over", "under", "above",
+    "below", "after", "before", "during", "since", "until", "while", "through", "between",
+    "against", "without", "within", "along", "around", "across", "behind", "beyond", "upon",
+    "off", "down", "via", "per", "yes", "yeah", "okay", "don", "didn", "doesn", "isn", "wasn",
+    "aren", "weren", "hasn", "haven", "hadn", "couldn", "wouldn", "shouldn", "going",
+))
+# fmt: on
+
+# Words that frame a question rather than say what it is about ("What is the name of
+# her dog?", "What kind of car ...", "Does he still ..."): the statement that answers
+# rarely has them, and when the conversation uses them seldom they outweigh the subject.
+# fmt: off
+FRAMING = frozenset((
+    "name", "kind", "type", "sort", "recent", "recently", "lately", "many", "much", "often",
+    "usually", "ever", "still", "get", "got", "thing", "things", "remind", "remember",
+    "mention", "mentioned",
+))
+# fmt: on
+
+# Irregular verbs, base form first. A question asks with the base form ("did she
+# buy"); a statement tells with the past ("I bought"). Verbs whose forms are all
+# alike (put, cut, read), and those the lists above skip, are not here.
+# fmt: off
+_IRREGULAR = (
+    "go went gone", "see saw seen", "buy bought", "make made", "take took taken",
+    "give gave given", "find found", "bring brought", "think thought", "teach taught",
+    "catch caught", "sell sold", "win won", "lose lost", "meet met", "leave left",
+    "feel felt", "keep kept", "sleep slept", "spend spent", "send sent", "build built",
+    "eat ate eaten", "drink drank drunk", "write wrote written", "ride rode ridden",
+    "run ran", "begin began begun", "sing sang sung", "swim swam swum", "fly flew flown",
+    "draw drew drawn", "grow grew grown", "know knew known", "throw threw thrown",
+    "wear wore worn", "choose chose chosen", "speak spoke spoken", "break broke broken",
+    "steal stole stolen", "wake woke woken", "drive drove driven", "fall fell fallen",
+    "forget forgot forgotten", "hold held", "stand stood", "understand understood",
+    "hear heard", "pay paid", "say said", "lead led", "sit sat", "hang hung", "shoot shot",
+    "dig dug", "hide hid hidden", "shake shook shaken", "freeze froze frozen",
+    "feed fed", "mean meant", "become became", "come came", "blow blew blown",
+    "lend lent", "fight fought", "seek sought", "sink sank sunk", "spin spun", "tear tore torn",
+    "lay laid", "slide slid", "sting stung",
+    "stick stuck", "strike struck", "swing swung", "forgive forgave forgiven",
+)
+# fmt: on
+FORMS: dict[str, tuple[str, ...]] = {
+    form: tuple(group.split()) for group in _IRREGULAR for form in group.split()
+}
+
+
+def forms(word: str) -> tuple[str, ...]:
+    """`word` and the other forms of its verb, base form first; `(word,)` when regular."""
+    return FORMS.get(word, (word,))
