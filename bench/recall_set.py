@@ -334,3 +334,13 @@ def conversation(seed: int, sessions: int = 25, turns: int = 24) -> Conversation
 
 def dev_set(count: int = 6, seed: int = 0) -> list[Conversation]:
     return [conversation(seed + i) for i in range(count)]
+
+
+def labelled(convo: Conversation, seed: int) -> Conversation:
+    """`convo` (of `seed`) as a replay that names the speaker in each message ("Evan: ...")."""
+    a, b = PAIRS[seed % len(PAIRS)]
+    messages = [
+        {**m, "content": f"{a if m['role'] == 'user' else b}: {m['content']}"}
+        for m in convo.messages
+    ]
+    return Conversation(messages, convo.questions)

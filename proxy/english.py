@@ -1,4 +1,4 @@
-"""English word lists the recall query is built with: words it skips, and verb forms it joins.
+"""English words for recall: the words its query skips, the verb forms it joins, their stems.
 
 Recall searches an English conversation for the words of an English question.
 A question says "What did she see?" where the statement said "we saw a bear":
@@ -7,9 +7,19 @@ stemming (FTS5's porter tokenizer) joins "painted" and "paint", never "saw" and
 one word. Lists, not a lemmatizer: the irregular verbs are a closed set, and
 the lemmatizing libraries bring dictionaries or numpy to a proxy that needs a
 hundred words of them.
+
+Stems come from SQLite FTS5's porter tokenizer, the one the search index
+uses, so the words recall compares (what a hit matched, which sentence to
+quote) meet exactly where the search matched them: "promoted" and
+"promotion" both stem to "promot".
 """
 
 from __future__ import annotations
+
+import functools
+import sqlite3
+import threading
+from collections.abc import Iterable
 
 # Function words (pronouns, auxiliaries, determiners, prepositions): they say nothing
 # about what a question is about. Words under three letters never count.
@@ -73,3 +83,33 @@ FORMS: dict[str, tuple[str, ...]] = {
 def forms(word: str) -> tuple[str, ...]:
     """`word` and the other forms of its verb, base form first; `(word,)` when regular."""
     return FORMS.get(word, (word,))
+
+
+# Stems made so far; cleared when full (a conversation's vocabulary is a few thousand words).
+STEMS_KEPT = 100_000
+_stems: dict[str, str] = {}
+_lock = threading.Lock()
+
+
+@functools.cache
+def _tokenizer() -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    db.execute("CREATE VIRTUAL TABLE words USING fts5(word, tokenize = 'porter unicode61')")
+    db.execute("CREATE VIRTUAL TABLE tokens USING fts5vocab(words, 'instance')")
+    return db
+
+
+def porter(words: Iterable[str]) -> list[str]:
+    """Each of `words`' stem, as the search index's porter tokenizer makes it."""
+    words = list(words)
+    with _lock:
+        new = [w for w in dict.fromkeys(words) if w not in _stems]
+        if new:
+            db = _tokenizer()
+            db.executemany("INSERT INTO words (rowid, word) VALUES (?, ?)", enumerate(new, 1))
+            made = dict(db.execute("SELECT doc, term FROM tokens WHERE offset = 0"))
+            db.execute("DELETE FROM words")
+            if len(_stems) + len(new) > STEMS_KEPT:
+                _stems.clear()
+            _stems.update((w, str(made.get(i, w))) for i, w in enumerate(new, 1))
+        return [_stems[w] for w in words]

@@ -11,12 +11,14 @@ tool-chain integrity holds, and the previous turn's cached prefix survives.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
 
 from .dialects import Dialect
-from .english import FORMS, FRAMING, STOPWORDS, forms
+from .english import FORMS, FRAMING, STOPWORDS, forms, porter
 from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
@@ -47,17 +49,9 @@ def terms(text: str) -> list[tuple[str, ...]]:
     return [forms(w) for w in words(text)]
 
 
-def stem(word: str) -> str:
-    """A light suffix strip, so "expires" meets "expire" when comparing word sets here."""
-    for suffix in ("ing", "ies", "ed", "es", "s", "e"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
 def stems(text: str) -> frozenset[str]:
     """The stems of `text`'s words and of their verbs' other forms ("saw" meets "see")."""
-    return frozenset(stem(form) for w in words(text) for form in forms(w))
+    return frozenset(porter(form for w in words(text) for form in forms(w)))
 
 
 def fresh(
@@ -84,7 +78,7 @@ def fresh(
       and only those neither forwarded nor quoted already.
     """
     wanted = stems(question)
-    covered = [stems(text) & wanted for text in context]
+    covered = covering(context, wanted)
     forwarded = set(context)
     best_forwarded = max((h.score for h in hits if h.text in forwarded), default=None)
     seen = {question.strip()}
@@ -104,6 +98,42 @@ def fresh(
         if len(chosen) == k:
             break
     return chosen
+
+
+def covering(context: Sequence[str], wanted: frozenset[str]) -> list[frozenset[str]]:
+    """The `wanted` stems each text of `context` holds, for the texts that hold any.
+
+    Only texts with a word that opens like a wanted stem (or is a form of a
+    wanted verb) are stemmed: Porter rewrites endings, so a word's stem keeps
+    its first three letters (but for a "y" turned "i"), and a context of
+    thousands of messages costs one scan each, not a stem for each of their words.
+    """
+    if not wanted:
+        return []
+    openings = {"".join("[iy]" if c == "i" else re.escape(c) for c in s[:3]) for s in wanted}
+    verbs = _verb_forms()
+    openings.update(rf"{form}(?![^\W_])" for s in wanted for form in verbs.get(s, ()))
+    opens = re.compile(rf"(?<![^\W_])(?:{'|'.join(sorted(openings))})", re.IGNORECASE)
+    held = (stems(text) & wanted for text in context if opens.search(_folded(text)))
+    return [h for h in held if h]
+
+
+@functools.cache
+def _verb_forms() -> dict[str, frozenset[str]]:
+    """Each irregular verb's forms, by the stem of each of them."""
+    by_stem: defaultdict[str, set[str]] = defaultdict(set)
+    for group in set(FORMS.values()):
+        for stemmed in porter(group):
+            by_stem[stemmed].update(group)
+    return {s: frozenset(group) for s, group in by_stem.items()}
+
+
+def _folded(text: str) -> str:
+    """`text` without diacritics, as the index's tokenizer reads it ("Éclair": "Eclair")."""
+    if text.isascii():
+        return text
+    split = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in split if not unicodedata.combining(c))
 
 
 RRF_K = 60
@@ -199,7 +229,8 @@ def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
 
 
 def _wanted(word: re.Match[str], wanted: frozenset[str]) -> bool:
-    return stem(word.group().lower()) in wanted
+    (stemmed,) = porter([word.group().lower()])
+    return stemmed in wanted
 
 
 def _marked(text: str, start: int, end: int) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.recall_eval import _reached, evaluate, load
-from bench.recall_set import FACTS, THEMES, conversation, dev_set
+from bench.recall_set import FACTS, THEMES, conversation, dev_set, labelled
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +50,15 @@ def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> 
     # Half the unanswerable questions still get a block, mostly a relative's news for a
     # question about another relative ("How many cousins?" and a cousin's move).
     assert recall.false_recalls <= 2, recall.line()
+
+
+def test_a_replay_naming_the_speaker_in_each_message_finds_as_much() -> None:
+    # "Evan: ..." in every message: the name is no longer only in greetings, and the
+    # quoted sentence must still be the one with the fact, not the labelled first one.
+    conversations = [labelled(c, seed) for seed, c in enumerate(dev_set(3))]
+    recall = evaluate(conversations, "lexical recall, speakers named")
+    assert recall.found_share >= 0.65, recall.line()
+    assert recall.tokens_share <= 0.12, recall.line()
 
 
 def test_an_evidence_turn_reached_the_model_whole_or_by_its_answer_sentence() -> None:

@@ -6,7 +6,7 @@ path (test_recall.py, and the development set in test_recall_eval.py).
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from proxy import english, recall
@@ -83,6 +83,35 @@ def test_the_forms_of_a_verb_meet_each_other_and_no_other_verb(one: str, other: 
     assert all(english.forms(form) == group for form in group)
     meet = recall.stems(f"did she {one} it") & recall.stems(f"we {other} it")
     assert bool(meet) == (other in group)
+
+
+# Words whose stems keep their opening, and the edge cases of it: a "y" turned "i"
+# ("cry", "ays"), stems shorter than three letters ("uses", "ties"), diacritics.
+VOCABULARY = st.sampled_from(
+    [
+        "cry", "cried", "cries", "ays", "spy", "spies", "uses", "used", "ties", "tie",
+        "happy", "happiness", "promotion", "promoted", "running", "ran", "run", "saw",
+        "seeing", "see", "Café", "cafes", "Éclair", "eclairs", "naïve", "NAIVE", "Über",
+        "uber", "passport", "expires", "expire", "x_y", "go", "went", "co-op", "2031",
+    ]
+)  # fmt: skip
+TEXTS = st.lists(VOCABULARY, max_size=8).map(" ".join)
+
+
+@given(st.lists(TEXTS, max_size=6), TEXTS)
+def test_covering_stems_only_what_may_hold_a_wanted_stem_and_loses_nothing(
+    context: list[str], question: str
+) -> None:
+    wanted = recall.stems(question)
+    plain = [recall.stems(text) & wanted for text in context]
+    assert recall.covering(context, wanted) == [held for held in plain if held]
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyzYIéüÉ", min_size=3, max_size=12))
+def test_a_word_is_scanned_as_holding_its_own_stem(word: str) -> None:
+    stems = recall.stems(word)
+    assume(stems)  # a stopword, or not a word recall searches
+    assert recall.covering([word], stems) == [stems]
 
 
 def test_a_name_is_one_the_sides_address_each_other_by() -> None:
