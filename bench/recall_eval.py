@@ -41,7 +41,7 @@ from proxy.settings import Settings
 from proxy.store.relevance import SENTENCE
 from proxy.tokens import offline_counter
 
-from .recall_set import Conversation, Question, dev_set, labelled
+from .recall_set import VARIANTS, Conversation, Question, dev_set
 
 MODEL = "recall-eval"
 SUMMARIZER = "context-proxy summarizer"
@@ -252,9 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(plain.line())
     print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
-    if not args.file:  # a replay that names the speaker in each message ("Evan: ...")
-        named = [labelled(c, seed) for seed, c in enumerate(conversations)]
-        print(evaluate(named, "... speakers named", window=args.window).line())
+    for variant, change in VARIANTS.items() if not args.file else ():
+        changed = [change(c, seed) for seed, c in enumerate(conversations)]
+        print(evaluate(changed, f"... {variant}", window=args.window).line())
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.

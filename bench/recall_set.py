@@ -344,3 +344,17 @@ def labelled(convo: Conversation, seed: int) -> Conversation:
         for m in convo.messages
     ]
     return Conversation(messages, convo.questions)
+
+
+def nicknamed(convo: Conversation, seed: int) -> Conversation:
+    """`convo` (of `seed`) with the two calling each other by nicknames ("Hey Ev!"), while
+    the questions use their names."""
+    messages = [dict(m) for m in convo.messages]
+    for name in PAIRS[seed % len(PAIRS)]:
+        for m in messages:
+            m["content"] = m["content"].replace(name, name[:3] if len(name) > 3 else name[:2])
+    return Conversation(messages, convo.questions)
+
+
+# The same conversations as other replays and other people would have them.
+VARIANTS = {"speakers named": labelled, "nicknames": nicknamed}

@@ -45,8 +45,17 @@ def words(text: str) -> list[str]:
 
 
 def terms(text: str) -> list[tuple[str, ...]]:
-    """The question's search terms: each word with the other forms of its verb."""
-    return [forms(w) for w in words(text)]
+    """The question's search terms: each word with the other forms of its verb.
+
+    A word the question writes capitalised is passed so (FTS5 ignores case):
+    it is a name, which the floor weighs differently.
+    """
+    written = {m.lower(): m for m in reversed(_ANY_WORD.findall(text))}
+    return [forms(w) if w in FORMS else (_named(written[w]),) for w in words(text)]
+
+
+def _named(word: str) -> str:
+    return word if word[:1].isupper() else word.lower()
 
 
 def stems(text: str) -> frozenset[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.recall_eval import _reached, evaluate, load
-from bench.recall_set import FACTS, THEMES, conversation, dev_set, labelled
+from bench.recall_set import FACTS, THEMES, VARIANTS, conversation, dev_set
 
 pytestmark = pytest.mark.integration
 
@@ -52,11 +52,13 @@ def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> 
     assert recall.false_recalls <= 2, recall.line()
 
 
-def test_a_replay_naming_the_speaker_in_each_message_finds_as_much() -> None:
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_other_replays_and_nicknames_find_as_much(variant: str) -> None:
     # "Evan: ..." in every message: the name is no longer only in greetings, and the
     # quoted sentence must still be the one with the fact, not the labelled first one.
-    conversations = [labelled(c, seed) for seed, c in enumerate(dev_set(3))]
-    recall = evaluate(conversations, "lexical recall, speakers named")
+    # "Hey Ev!": the name the questions use is one the conversation never wrote.
+    conversations = [VARIANTS[variant](c, seed) for seed, c in enumerate(dev_set(3))]
+    recall = evaluate(conversations, f"lexical recall, {variant}")
     assert recall.found_share >= 0.65, recall.line()
     assert recall.tokens_share <= 0.12, recall.line()
 

@@ -69,7 +69,7 @@ def test_new_words_count_at_half_the_weight_of_a_word_said_once() -> None:
 
 def test_a_verb_is_searched_in_all_its_forms_and_short_ones_count() -> None:
     assert recall.terms("Where did Evan go, and what did he see?") == [
-        ("evan",),
+        ("Evan",),
         ("go", "went", "gone"),
         ("see", "saw", "seen"),
     ]
@@ -112,6 +112,16 @@ def test_a_word_is_scanned_as_holding_its_own_stem(word: str) -> None:
     stems = recall.stems(word)
     assume(stems)  # a stopword, or not a word recall searches
     assert recall.covering([word], stems) == [stems]
+
+
+def test_a_name_the_conversation_never_wrote_weighs_nothing() -> None:
+    once, never = frozenset({3}), frozenset[int]()
+    # "paint" said once holds against two new words, not against three...
+    new = {"paint": once, "sunset": never, "canvas": never}
+    assert relevance.passing({**new, "easel": never}, 100) == []
+    # ...but a name it calls otherwise ("Mel" for "Melanie") is no new word.
+    assert relevance.passing({**new, "Melanie": never}, 100) == [3]
+    assert recall.terms("Did Melanie paint at Lake Tahoe?")[0] == ("Melanie",)
 
 
 def test_a_name_is_one_the_sides_address_each_other_by() -> None:

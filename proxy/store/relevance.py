@@ -12,7 +12,9 @@ still a match. The floor asks more of a hit than a score:
 - The question's words the conversation never used count at half the weight
   of a word said once: a question may bring a new word along with an old
   subject, but one that shares a single word with the conversation is likely
-  about something never said.
+  about something never said. A name the question writes (capitalised) and
+  the conversation never did weighs nothing: the sides call that person
+  otherwise ("Mel" for "Melanie"), or it is a stranger.
 - The names the two sides call each other by do not count. A question about a
   participant names them in the third person ("What does Evan drive?"), while
   they state facts in the first person ("I got a Prius"); the name is in the
@@ -94,7 +96,10 @@ def passing(postings: Mapping[str, Set[int]], total: int) -> list[int]:
     # Everyday words the question shares need not be in a hit: a statement rarely
     # repeats the question's framing ("How old is ...") around its specific word.
     # New words weigh less than a word said once: "passport renewal" still finds "passport".
-    unseen = sum(1 for p in postings.values() if not p) * UNSEEN_SHARE * idf(total, 1)
+    # A name the conversation never wrote is someone the sides call otherwise ("Mel"
+    # for "Melanie") or a stranger: no message holds it either way, so it weighs nothing.
+    new = sum(1 for w, p in postings.items() if not p and not w[:1].isupper())
+    unseen = new * UNSEEN_SHARE * idf(total, 1)
     weight = sum(weights.values()) + unseen
     carried: defaultdict[int, float] = defaultdict(float)
     for w, ids in seen.items():
