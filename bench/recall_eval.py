@@ -222,6 +222,8 @@ def _plain_top(messages: Sequence[dict[str, str]], question: str, k: int) -> lis
     db.execute("CREATE VIRTUAL TABLE t USING fts5(body, tokenize = 'porter unicode61')")
     db.executemany("INSERT INTO t (body) VALUES (?)", [(m["content"],) for m in messages])
     words = " OR ".join(f'"{w}"' for w in re.findall(r"\w+", question))
+    if not words:
+        return []
     rows = db.execute("SELECT body FROM t WHERE t MATCH ? ORDER BY rank LIMIT ?", (words, k))
     return [body for (body,) in rows]
 

@@ -87,6 +87,9 @@ def forms(word: str) -> tuple[str, ...]:
 
 # Stems made so far; cleared when full (a conversation's vocabulary is a few thousand words).
 STEMS_KEPT = 100_000
+# Longer "words" (encoded data, minified code in tool results) are their own stem: no
+# English word is this long, and kept they would fill the cache with megabytes.
+LONGEST_WORD = 64
 _stems: dict[str, str] = {}
 _lock = threading.Lock()
 
@@ -103,7 +106,7 @@ def porter(words: Iterable[str]) -> list[str]:
     """Each of `words`' stem, as the search index's porter tokenizer makes it."""
     words = list(words)
     with _lock:
-        new = [w for w in dict.fromkeys(words) if w not in _stems]
+        new = [w for w in dict.fromkeys(words) if w not in _stems and len(w) <= LONGEST_WORD]
         if new:
             db = _tokenizer()
             db.executemany("INSERT INTO words (rowid, word) VALUES (?, ?)", enumerate(new, 1))
@@ -112,4 +115,4 @@ def porter(words: Iterable[str]) -> list[str]:
             if len(_stems) + len(new) > STEMS_KEPT:
                 _stems.clear()
             _stems.update((w, str(made.get(i, w))) for i, w in enumerate(new, 1))
-        return [_stems[w] for w in words]
+        return [_stems.get(w, w) for w in words]

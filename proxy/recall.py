@@ -47,15 +47,27 @@ def words(text: str) -> list[str]:
 def terms(text: str) -> list[tuple[str, ...]]:
     """The question's search terms: each word with the other forms of its verb.
 
-    A word the question writes capitalised is passed so (FTS5 ignores case):
-    it is a name, which the floor weighs differently.
+    A name is passed capitalised, as the question writes it (FTS5 ignores case;
+    the floor weighs names differently).
     """
-    written = {m.lower(): m for m in reversed(_ANY_WORD.findall(text))}
-    return [forms(w) if w in FORMS else (_named(written[w]),) for w in words(text)]
+    named = _names(text)
+    return [forms(w) if w in FORMS else (named.get(w, w),) for w in words(text)]
 
 
-def _named(word: str) -> str:
-    return word if word[:1].isupper() else word.lower()
+def _names(text: str) -> dict[str, str]:
+    """The words `text` writes as names, by their lower case: capitalised inside a
+    sentence, and nowhere in lower case (capitals throughout are no sign)."""
+    names: dict[str, str] = {}
+    common: set[str] = set()
+    end = -1  # before the first word: a sentence opens
+    for m in _ANY_WORD.finditer(text):
+        opens = end < 0 or any(c in ".!?" for c in text[end : m.start()])
+        word, end = m.group(), m.end()
+        if word.islower():
+            common.add(word)
+        elif word[:1].isupper() and not word.isupper() and not opens:
+            names.setdefault(word.lower(), word)
+    return {w: name for w, name in names.items() if w not in common}
 
 
 def stems(text: str) -> frozenset[str]:
@@ -119,7 +131,9 @@ def covering(context: Sequence[str], wanted: frozenset[str]) -> list[frozenset[s
     """
     if not wanted:
         return []
-    openings = {"".join("[iy]" if c == "i" else re.escape(c) for c in s[:3]) for s in wanted}
+    openings = {
+        "".join("[iy]" if c == "i" else re.escape(c) for c in _folded(s)[:3]) for s in wanted
+    }
     verbs = _verb_forms()
     openings.update(rf"{form}(?![^\W_])" for s in wanted for form in verbs.get(s, ()))
     opens = re.compile(rf"(?<![^\W_])(?:{'|'.join(sorted(openings))})", re.IGNORECASE)
@@ -138,7 +152,8 @@ def _verb_forms() -> dict[str, frozenset[str]]:
 
 
 def _folded(text: str) -> str:
-    """`text` without diacritics, as the index's tokenizer reads it ("Éclair": "Eclair")."""
+    """`text` without diacritics ("Éclair": "Eclair"): the index's tokenizer drops some,
+    and what it leaves on a stem goes here too."""
     if text.isascii():
         return text
     split = unicodedata.normalize("NFKD", text)

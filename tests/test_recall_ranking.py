@@ -76,6 +76,17 @@ def test_a_verb_is_searched_in_all_its_forms_and_short_ones_count() -> None:
     assert recall.words("Is it ok to go?") == ["go"]  # two letters, but "went" is longer
 
 
+def test_a_name_is_a_word_written_capitalised_inside_a_sentence_and_never_lower() -> None:
+    assert recall.terms("What did McDonald sell to Evan?") == [
+        ("McDonald",),
+        ("sell", "sold"),
+        ("Evan",),
+    ]
+    assert recall.terms("Painting? Which painting did EVAN like?") == [("painting",), ("evan",)]
+    assert recall.terms("Caroline went where? Ask Caroline.")[0] == ("Caroline",)
+    assert recall.terms("Dogs and cats: which dogs?")[0] == ("dogs",)
+
+
 @given(st.sampled_from(sorted(english.FORMS)), st.sampled_from(sorted(english.FORMS)))
 def test_the_forms_of_a_verb_meet_each_other_and_no_other_verb(one: str, other: str) -> None:
     group = english.forms(one)
@@ -93,6 +104,8 @@ VOCABULARY = st.sampled_from(
         "happy", "happiness", "promotion", "promoted", "running", "ran", "run", "saw",
         "seeing", "see", "Café", "cafes", "Éclair", "eclairs", "naïve", "NAIVE", "Über",
         "uber", "passport", "expires", "expire", "x_y", "go", "went", "co-op", "2031",
+        "Tiến", "tien", "Hà", "Nội", "Ǘber", "Ὀδυσσεύς", "eﬀort", "effort", "ǅemal",
+        "\uff11\uff12\uff13",
     ]
 )  # fmt: skip
 TEXTS = st.lists(VOCABULARY, max_size=8).map(" ".join)
@@ -122,6 +135,7 @@ def test_a_name_the_conversation_never_wrote_weighs_nothing() -> None:
     # ...but a name it calls otherwise ("Mel" for "Melanie") is no new word.
     assert relevance.passing({**new, "Melanie": never}, 100) == [3]
     assert recall.terms("Did Melanie paint at Lake Tahoe?")[0] == ("Melanie",)
+    assert recall.terms("Melanie?") == [("melanie",)]  # a capital that opens a sentence
 
 
 def test_a_name_is_one_the_sides_address_each_other_by() -> None:

@@ -728,6 +728,9 @@ async def test_a_word_given_with_its_forms_matches_any_and_weighs_as_one(store: 
     assert await store.search(ALICE, ["see", "hike", "forest", "river"], limit=5) == []
     (hit,) = await store.search(ALICE, [see, "hike", "forest", "river"], limit=5)
     assert hit.text == messages[5]["content"]
+    # One word whatever its case, its forms merged.
+    again = await store.search(ALICE, ["see", "Hike", see, "hike", "forest", "river"], limit=5)
+    assert [h.text for h in again] == [hit.text]
 
 
 @pytest.mark.asyncio

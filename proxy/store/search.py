@@ -139,8 +139,7 @@ def search(
     A word given with its other forms matches by any of them; the floor counts
     them as one word, under the first.
     """
-    groups = {w: (w,) if isinstance(w, str) else w for w in words}
-    forms = dict((g[0], g) for g in groups.values() if g)
+    forms = _grouped(words)
     wanted = list(forms)[:MAX_WORDS]
     if not wanted or limit <= 0:
         return []
@@ -193,6 +192,19 @@ def _replies(
     )
     replies = itertools.takewhile(lambda row: row[2] != asker, rows)
     return tuple(SearchHit(int(s), int(t), str(r), str(b), 0.0) for s, t, r, b in replies)
+
+
+def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Each word's forms, under the word as first written; one entry per word, whatever its case."""
+    written: dict[str, str] = {}
+    merged: dict[str, tuple[str, ...]] = {}
+    for word in words:
+        group = (word,) if isinstance(word, str) else word
+        if group:
+            key = group[0].lower()
+            written.setdefault(key, group[0])
+            merged[key] = tuple(dict.fromkeys((*merged.get(key, ()), *map(str.lower, group))))
+    return {written[key]: group for key, group in merged.items()}
 
 
 def _match(forms: tuple[str, ...]) -> str:

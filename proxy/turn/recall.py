@@ -86,15 +86,18 @@ async def recall_into(
 def _room(ctx: AppContext, model: str, reserved: int, dialect: Dialect) -> int:
     """How many tokens the forwarded request may hold with its recall block.
 
-    The block takes the window's headroom above the trigger, which the history
-    never fills, so recall has its room wherever the reduction stands in its
-    cycle (just below the trigger, the turn before it summarises, too). It stops
-    short of what the upstream accepts by the estimate's error when counts are
-    estimated.
+    The block takes half the window's headroom above the trigger, which the
+    history never fills, so recall has its room wherever the reduction stands
+    in its cycle (just below the trigger, the turn before it summarises, too);
+    the other half stays the answer's, for requests that reserve none. When
+    counts are estimated it stops short of what the upstream accepts by the
+    estimate's error. Never less than the trigger leaves.
     """
-    hard = ctx.budget(model, reserved).hard_limit
-    estimated = dialect.name == "anthropic" or not ctx.counter.exact
-    return int(hard / ESTIMATE_ERROR) if estimated else hard
+    budget = ctx.budget(model, reserved)
+    room = (budget.limit + budget.hard_limit) // 2
+    if dialect.name == "anthropic" or not ctx.counter.exact:
+        room = min(room, int(budget.hard_limit / ESTIMATE_ERROR))
+    return max(budget.limit, room)
 
 
 async def _search(
