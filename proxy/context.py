@@ -104,6 +104,11 @@ class AppContext:
             self._policies[key] = found
         return found
 
+    def estimates(self, provider: str) -> bool:
+        """Whether token counts for `provider` are estimates: Claude's tokenizer is not
+        available offline, nor OpenAI's without its encoding files."""
+        return provider == "anthropic" or not self.counter.exact
+
     def budget(self, model: str, reserved_output: int) -> Budget:
         key = (model, reserved_output)
         found = self._budgets.get(key)

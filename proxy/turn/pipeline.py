@@ -208,7 +208,7 @@ async def plan(
         headers,
         recalled,
         branch,
-        estimated=wire.provider == "anthropic" or not ctx.counter.exact,
+        estimated=ctx.estimates(wire.provider),
         provider=wire.provider,
     )
 

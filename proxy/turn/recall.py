@@ -60,14 +60,14 @@ async def recall_into(
     at = recall.question_index(reduction.messages, dialect)
     if at < 0:
         return reduction, 0
-    room = _room(ctx, model, reserved, dialect) - reduction.tokens_out
+    provider = "anthropic" if dialect.name == "anthropic" else "openai"
+    room = _room(ctx, model, reserved, provider) - reduction.tokens_out
     asked = digest(reduction.messages[at])
     cached = ctx.sessions.recall(key)
     if at < len(reduction.messages) - 1 and cached is not None and cached.question == asked:
         content, found = cached.block, cached.hits
     else:
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
-        provider = "anthropic" if dialect.name == "anthropic" else "openai"
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
         content, found = await _search(ctx, key, reduction, at, model, side, room)
         ctx.sessions.recalled(key, Recalled(asked, content, found))
@@ -83,7 +83,7 @@ async def recall_into(
     ), found
 
 
-def _room(ctx: AppContext, model: str, reserved: int, dialect: Dialect) -> int:
+def _room(ctx: AppContext, model: str, reserved: int, provider: str) -> int:
     """How many tokens the forwarded request may hold with its recall block.
 
     The block takes half the window's headroom above the trigger, which the
@@ -95,7 +95,7 @@ def _room(ctx: AppContext, model: str, reserved: int, dialect: Dialect) -> int:
     """
     budget = ctx.budget(model, reserved)
     room = (budget.limit + budget.hard_limit) // 2
-    if dialect.name == "anthropic" or not ctx.counter.exact:
+    if ctx.estimates(provider):
         room = min(room, int(budget.hard_limit / ESTIMATE_ERROR))
     return max(budget.limit, room)
 
