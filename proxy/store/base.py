@@ -196,7 +196,9 @@ class Store(Protocol):
         """Archived user, assistant and tool messages matching `words`, best first.
 
         A word may come with its other forms (`("see", "saw", "seen")`): any of
-        them matches, and they count as one word.
+        them matches, and they count as one word. A word given capitalised is a
+        name (matching ignores case): one the conversation never wrote does not
+        weigh against the hits.
 
         Only hits above the relevance floor of `proxy.store.search` count; the
         index catches up with the archive first, so the newest turn is searchable.

@@ -137,7 +137,8 @@ def search(
     """The best `limit` hits above the relevance floor, best first.
 
     A word given with its other forms matches by any of them; the floor counts
-    them as one word, under the first.
+    them as one word, under the first. A capitalised word is a name, which the
+    floor weighs as `proxy.store.relevance` says.
     """
     forms = _grouped(words)
     wanted = list(forms)[:MAX_WORDS]
