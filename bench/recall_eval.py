@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(plain.line())
     print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
-    for variant, change in VARIANTS.items() if not args.file else ():
-        changed = [change(c, seed) for seed, c in enumerate(conversations)]
+    for variant, made in VARIANTS.items() if not args.file else ():
+        changed = [made(seed) for seed in range(len(conversations))]
         print(evaluate(changed, f"... {variant}", window=args.window).line())
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the

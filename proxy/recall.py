@@ -15,7 +15,7 @@ import functools
 import re
 import unicodedata
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 from .dialects import Dialect
 from .english import FORMS, FRAMING, STOPWORDS, forms, porter
@@ -101,13 +101,10 @@ def fresh(
     wanted = stems(question)
     covered = covering(context, wanted)
     forwarded = set(context)
-    best_forwarded = max((h.score for h in hits if h.text in forwarded), default=None)
     seen = {question.strip()}
     chosen: list[SearchHit] = []
-    for hit in hits:
-        if best_forwarded is not None and hit.score < best_forwarded + margin:
-            break
-        if hit.text in forwarded or hit.text in seen:
+    for hit in outranking(hits, forwarded, margin):
+        if hit.text in seen:
             continue
         seen.add(hit.text)
         matched = stems(hit.text) & wanted
@@ -119,6 +116,17 @@ def fresh(
         if len(chosen) == k:
             break
     return chosen
+
+
+def outranking(
+    hits: Sequence[SearchHit], forwarded: Set[str], margin: float = 0.0
+) -> list[SearchHit]:
+    """The `hits` (best first) that outscore by `margin` every one of them the model already
+    sees (whose texts are `forwarded`), forwarded ones left out."""
+    best = max((h.score for h in hits if h.text in forwarded), default=None)
+    return [
+        h for h in hits if h.text not in forwarded and (best is None or h.score >= best + margin)
+    ]
 
 
 def covering(context: Sequence[str], wanted: frozenset[str]) -> list[frozenset[str]]:

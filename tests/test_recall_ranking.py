@@ -170,6 +170,34 @@ def test_fusion_keeps_every_message_once_and_agrees_where_the_rankings_do(
     assert [h.seq for h in recall.fuse([hit(s) for s in lexical])] == lexical
 
 
+def test_a_ranking_keeps_what_outscores_everything_forwarded_by_its_margin() -> None:
+    hits = [hit(1, "a", score=0.9), hit(2, "b", score=0.8), hit(3, "c", score=0.7)]
+    assert recall.outranking(hits, {"x"}) == hits  # nothing forwarded ranks
+    assert recall.outranking(hits, {"c"}) == hits[:2]
+    assert recall.outranking(hits, {"c"}, margin=0.15) == hits[:1]
+    assert recall.outranking(hits, {"b"}, margin=0.15) == []
+    # What the model already sees is never a hit, wherever it ranks.
+    assert recall.outranking(hits, {"a"}) == []
+
+
+@given(
+    st.lists(st.integers(0, 30), unique=True, max_size=12),
+    st.lists(st.integers(0, 30), unique=True, max_size=12),
+    st.sets(st.integers(0, 30)),
+)
+def test_fusing_the_rankings_cut_at_the_forwarded_leaves_out_only_what_both_cut(
+    lexical: list[int], semantic: list[int], forwarded_seqs: set[int]
+) -> None:
+    def ranking(seqs: list[int]) -> list[SearchHit]:
+        return [hit(s, score=float(len(seqs) - r)) for r, s in enumerate(seqs)]
+
+    forwarded = {f"message {s}" for s in forwarded_seqs}
+    kept = [recall.outranking(ranking(r), forwarded) for r in (lexical, semantic)]
+    fused = {h.seq for h in recall.fuse(*kept)}
+    assert fused == {h.seq for r in kept for h in r}
+    assert not fused & forwarded_seqs
+
+
 def test_fusion_keeps_the_lexical_hit_and_its_replies() -> None:
     answer = hit(4, "A silver Prius.", "assistant")
     asked = SearchHit(3, 3, "user", "Still driving that old car?", 9.0, (answer,))

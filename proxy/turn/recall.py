@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
 # Embeddings recall: an archived message must be this much more similar to the
 # question (cosine) than everything forwarded, or the context already covers it.
-# Fused ranks (hybrid) have no such scale: there a hit need only rank above every
-# forwarded message in the fused ranking (where one both searches found ranks high).
+# Hybrid recall asks it of the embeddings' hits before their ranks are fused.
 SIMILARITY_MARGIN = 0.05
 
 # Claude's tokenizer (or any without its encoding files) can make up to a fifth more
@@ -118,18 +117,18 @@ async def _search(
         return "", 0
     settings = ctx.settings.recall
     question = text_of(reduction.messages[at])
-    # Forwarded messages may rank first; ask for enough to skip them all.
-    limit = min(settings.k + len(reduction.messages), 1000)
-    try:
-        hits = await _ranked(ctx, key, question, headers, limit)
-    except StoreError:
-        ctx.metrics.store_errors.labels("search").inc()
-        return "", 0
     context = [
         text_of(m).strip()
         for i, m in enumerate(reduction.messages)
         if i != at and role(m) in ("user", "assistant", "tool")
     ]
+    # Forwarded messages may rank first; ask for enough to skip them all.
+    limit = min(settings.k + len(reduction.messages), 1000)
+    try:
+        hits = await _ranked(ctx, key, question, headers, limit, frozenset(context))
+    except StoreError:
+        ctx.metrics.store_errors.labels("search").inc()
+        return "", 0
     margin = SIMILARITY_MARGIN if settings.method == "embeddings" else 0.0
     found = recall.fresh(hits, question, context, settings.k, margin)
     budget = min(settings.max_tokens, room)
@@ -151,11 +150,19 @@ async def _search(
 
 
 async def _ranked(
-    ctx: AppContext, key: ConvKey, question: str, headers: dict[str, str], limit: int
+    ctx: AppContext,
+    key: ConvKey,
+    question: str,
+    headers: dict[str, str],
+    limit: int,
+    forwarded: frozenset[str],
 ) -> list[SearchHit]:
     """The archive's messages for `question`, best first, by the configured method.
 
-    Hybrid recall whose question cannot be embedded falls back to its lexical hits.
+    Hybrid recall fuses what each search finds above everything `forwarded` (by
+    the margin embeddings alone ask), so a hit passes what its own search
+    alone would ask of it; whose question cannot be embedded falls back to its
+    lexical hits.
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
@@ -172,4 +179,9 @@ async def _ranked(
     semantic = await ctx.store.nearest(
         key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
-    return recall.fuse(lexical, semantic) if method == "hybrid" else semantic
+    if method != "hybrid":
+        return semantic
+    return recall.fuse(
+        recall.outranking(lexical, forwarded),
+        recall.outranking(semantic, forwarded, SIMILARITY_MARGIN),
+    )
