@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 import unicodedata
 from collections import defaultdict
@@ -81,6 +82,8 @@ def fresh(
     context: Sequence[str],
     k: int,
     margin: float = 0.0,
+    *,
+    beyond: bool = False,
 ) -> list[SearchHit]:
     """The first `k` hits that tell the model something `context` does not already.
 
@@ -94,16 +97,19 @@ def fresh(
     - a hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
       earlier instances every time);
+    - but neither of these two holds when the question asks `beyond` the
+      words it shares (`asks_beyond`): those name only its subject, which the
+      context sharing tells nothing about the answer;
     - the question itself, and repeats of an earlier hit, are skipped;
     - a hit keeps the replies it carries only when it asks about the question,
       and only those neither forwarded nor quoted already.
     """
     wanted = stems(question)
-    covered = covering(context, wanted)
     forwarded = set(context)
+    covered = [] if beyond else covering(context, wanted)
     seen = {question.strip()}
     chosen: list[SearchHit] = []
-    for hit in outranking(hits, forwarded, margin):
+    for hit in outranking(hits, forwarded, -math.inf if beyond else margin):
         if hit.text in seen:
             continue
         seen.add(hit.text)
@@ -116,6 +122,22 @@ def fresh(
         if len(chosen) == k:
             break
     return chosen
+
+
+def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]) -> bool:
+    """Whether `question` asks something in a word (not a name) that neither `context`
+    nor any of the `hits` (ranked on its words) holds.
+
+    Then the words it shares with them name only its subject ("What role does
+    Evan have at the shelter?": the shelter, not the role), and a forwarded
+    message on that subject is no sign that the answer is forwarded.
+    """
+    asked = frozenset().union(*(stems(q) for q in relevance.questions(question)))
+    asked -= frozenset(porter(_names(question)))
+    if not asked:
+        return False
+    texts = [*context, *(h.text for h in hits)]
+    return bool(asked - frozenset().union(*covering(texts, asked)))
 
 
 def outranking(

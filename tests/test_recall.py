@@ -172,6 +172,31 @@ def test_a_fact_from_turn_5_comes_back_at_turn_200(
     assert r.headers["x-context-recall"] == "0"
 
 
+def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_the_subject(
+    lexical: tuple[TestClient, MockUpstream],
+) -> None:
+    """The shelter comes up every 25 turns, so also in the window; the role is nowhere."""
+    client, upstream = lexical
+    send = conversation(client)
+    fact = "At the shelter they made me coordinator of the weekend volunteers."
+    for i in range(1, 200):
+        if i % 25 == 0:
+            day = f"Saturday {i} at the animal shelter: the dogs walked, the kennels cleaned"
+            send(user(f"{day}, the food sorted and the yard swept before the adoption hour."))
+        else:
+            send(user(fact if i == 5 else filler(i)))
+    forwarded = upstream.chat_requests()[-1]["messages"]
+    assert all(fact not in str(m.get("content")) for m in forwarded), "not reduced yet"
+    assert any("shelter" in str(m.get("content")) for m in forwarded), "no shelter in the window"
+
+    r = send(user("What role do I have at the shelter?"))
+    assert int(r.headers["x-context-recall"]) >= 1
+    assert f"[turn 5, user] {fact}" in upstream.chat_requests()[-1]["messages"][-2]["content"]
+    # Asking only in words the window holds, the window answers: no block.
+    r = send(user("Did I walk the dogs at the shelter?"))
+    assert r.headers["x-context-recall"] == "0"
+
+
 def test_the_block_takes_the_headroom_when_the_history_stands_just_below_the_trigger(
     lexical: tuple[TestClient, MockUpstream],
 ) -> None:

@@ -170,6 +170,26 @@ def test_fusion_keeps_every_message_once_and_agrees_where_the_rankings_do(
     assert [h.seq for h in recall.fuse([hit(s) for s in lexical])] == lexical
 
 
+def test_a_question_asks_beyond_in_a_word_neither_the_context_nor_a_hit_holds() -> None:
+    shelter = hit(3, "At the shelter they made me coordinator.")
+    window = ["Another Saturday at the shelter, six dogs walked."]
+    assert recall.asks_beyond("What role does Evan have at the shelter?", [shelter], window)
+    # Every asked word held somewhere (in any form), or only a name new: not beyond.
+    assert not recall.asks_beyond("Who walked dogs at the shelter?", [shelter], window)
+    assert not recall.asks_beyond("What did Evan coordinate at the shelter?", [shelter], window)
+    assert not recall.asks_beyond("Was Evan at the shelter?", [shelter], window)
+    # Only what the question asks (a sentence ending in "?") counts.
+    assert not recall.asks_beyond("Opera tonight. Was I at the shelter?", [shelter], window)
+
+
+def test_a_question_asking_beyond_is_judged_by_neither_the_stop_nor_the_cover() -> None:
+    question = "What role does Evan have at the shelter?"
+    forwarded = "Another Saturday at the shelter, six dogs walked."
+    hits = [hit(8, forwarded, score=9.0), hit(3, "At the shelter they made me coordinator.")]
+    assert recall.fresh(hits, question, [forwarded], k=3) == []
+    assert recall.fresh(hits, question, [forwarded], k=3, beyond=True) == hits[1:]
+
+
 def test_a_ranking_keeps_what_outscores_everything_forwarded_by_its_margin() -> None:
     hits = [hit(1, "a", score=0.9), hit(2, "b", score=0.8), hit(3, "c", score=0.7)]
     assert recall.outranking(hits, {"x"}) == hits  # nothing forwarded ranks

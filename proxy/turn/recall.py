@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import recall
@@ -125,12 +127,12 @@ async def _search(
     # Forwarded messages may rank first; ask for enough to skip them all.
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
-        hits = await _ranked(ctx, key, question, headers, limit, frozenset(context))
+        hits, beyond = await _ranked(ctx, key, question, headers, limit, context)
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
     margin = SIMILARITY_MARGIN if settings.method == "embeddings" else 0.0
-    found = recall.fresh(hits, question, context, settings.k, margin)
+    found = recall.fresh(hits, question, context, settings.k, margin, beyond=beyond)
     budget = min(settings.max_tokens, room)
     while found:
         quoted = recall.quoted(found)
@@ -155,33 +157,39 @@ async def _ranked(
     question: str,
     headers: dict[str, str],
     limit: int,
-    forwarded: frozenset[str],
-) -> list[SearchHit]:
-    """The archive's messages for `question`, best first, by the configured method.
+    context: Sequence[str],
+) -> tuple[list[SearchHit], bool]:
+    """The archive's messages for `question`, best first, by the configured method, and
+    whether the question asks beyond the words its lexical hits and `context` hold
+    (`recall.asks_beyond`; embeddings judge a question by its meaning instead).
 
-    Hybrid recall fuses what each search finds above everything `forwarded` (by
-    the margin embeddings alone ask), so a hit passes what its own search
-    alone would ask of it; whose question cannot be embedded falls back to its
-    lexical hits.
+    Hybrid recall fuses what each search finds above everything in `context`
+    (by the margin embeddings alone ask, and unless the question asks beyond
+    its words), so a hit passes what its own search alone would ask of it;
+    whose question cannot be embedded falls back to its lexical hits.
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
+    beyond = False
     if method != "embeddings":
         lexical = await ctx.store.search(key, recall.terms(question), limit=limit)
+        beyond = recall.asks_beyond(question, lexical, context)
     if method == "lexical" or embedder is None:
-        return lexical
+        return lexical, beyond
     try:
         (vector,) = await embedder.embed([question], headers)
     except EmbeddingsUnavailable as exc:
         ctx.metrics.embeddings.labels("failed").inc()
         log.info("recall for %s: embedding the question failed (%s)", key.conversation, exc)
-        return lexical
+        return lexical, beyond
     semantic = await ctx.store.nearest(
         key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
     if method != "hybrid":
-        return semantic
-    return recall.fuse(
-        recall.outranking(lexical, forwarded),
+        return semantic, False
+    forwarded = frozenset(context)
+    fused = recall.fuse(
+        recall.outranking(lexical, forwarded, -math.inf if beyond else 0.0),
         recall.outranking(semantic, forwarded, SIMILARITY_MARGIN),
     )
+    return fused, beyond
