@@ -57,6 +57,7 @@ class Score:
     unanswerable: int = 0
     false_recalls: int = 0
     shares: list[float] | None = None
+    recalled_falsely: list[str] | None = None  # the questions nothing answers that got a block
 
     @property
     def found_share(self) -> float:
@@ -121,7 +122,7 @@ def evaluate(
     """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off)."""
     from starlette.testclient import TestClient
 
-    score = Score(name, shares=[])
+    score = Score(name, shares=[], recalled_falsely=[])
     with tempfile.TemporaryDirectory(prefix="recall-eval-") as tmp:
         for number, convo in enumerate(conversations):
             replayed = Path(tmp) / f"c{number}.db"
@@ -184,6 +185,9 @@ def _score(
     if not question.evidence:
         score.unanswerable += 1
         score.false_recalls += recalled > 0
+        if recalled:
+            assert score.recalled_falsely is not None
+            score.recalled_falsely.append(question.text)
         return
     score.answerable += 1
     seen = " ".join([*(str(m.get("content", "")) for m in forwarded[:-1]), *extra])

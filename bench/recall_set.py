@@ -268,7 +268,7 @@ def conversation(
     seed: int, sessions: int = 25, turns: int = 24, interest: float = 0.5
 ) -> Conversation:
     """Two people over `sessions` dated sessions of `turns` messages each, each bringing
-    up their running interest `interest` times a session on average."""
+    up their running interest about `interest` times a session."""
     rng = random.Random(seed)
     a, b = PAIRS[seed % len(PAIRS)]
     facts = rng.sample(FACTS, k=min(len(FACTS), 10))
@@ -361,10 +361,11 @@ def nicknamed(convo: Conversation, seed: int) -> Conversation:
     return Conversation(messages, convo.questions)
 
 
-# The development set's conversations as other replays and other people would have
-# them, by seed: the speaker named in each message, nicknames for the names the
-# questions use, and interests brought up twice a session by each side, so that their
-# words are in about a twelfth of the messages, too common to single out a fact.
+# The development set's conversations (by seed, as `dev_set` numbers them) as other
+# replays and other people would have them: the speaker named in each message,
+# nicknames for the names the questions use, and interests brought up twice a
+# session by each side, so that their words are in about a twelfth of the
+# messages, too common to single out a fact.
 VARIANTS: dict[str, Callable[[int], Conversation]] = {
     "speakers named": lambda seed: labelled(conversation(seed), seed),
     "nicknames": lambda seed: nicknamed(conversation(seed), seed),

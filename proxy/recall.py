@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 import unicodedata
 from collections import defaultdict
@@ -83,7 +82,7 @@ def fresh(
     k: int,
     margin: float = 0.0,
     *,
-    beyond: bool = False,
+    unjudged: Set[int] = frozenset(),
 ) -> list[SearchHit]:
     """The first `k` hits that tell the model something `context` does not already.
 
@@ -97,24 +96,27 @@ def fresh(
     - a hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
       earlier instances every time);
-    - but neither of these two holds when the question asks `beyond` the
-      words it shares (`asks_beyond`): those name only its subject, which the
-      context sharing tells nothing about the answer;
+    - neither rule judges the hits (by seq) `unjudged`: those the words of a
+      question asking beyond them found (`asks_beyond`), whose shared words
+      name only its subject, so that a forwarded message sharing them says
+      nothing of whether the answer is forwarded;
     - the question itself, and repeats of an earlier hit, are skipped;
     - a hit keeps the replies it carries only when it asks about the question,
       and only those neither forwarded nor quoted already.
     """
     wanted = stems(question)
     forwarded = set(context)
-    covered = [] if beyond else covering(context, wanted)
+    # The scan over the context only serves the hits the rules judge.
+    judged = any(h.seq not in unjudged for h in hits)
+    covered = covering(context, wanted) if judged else []
     seen = {question.strip()}
     chosen: list[SearchHit] = []
-    for hit in outranking(hits, forwarded, -math.inf if beyond else margin):
+    for hit in outranking(hits, forwarded, margin, unjudged):
         if hit.text in seen:
             continue
         seen.add(hit.text)
         matched = stems(hit.text) & wanted
-        if matched and any(matched <= words_in for words_in in covered):
+        if hit.seq not in unjudged and matched and any(matched <= held for held in covered):
             continue
         if hit.replies:
             hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
@@ -125,29 +127,40 @@ def fresh(
 
 
 def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]) -> bool:
-    """Whether `question` asks something in a word (not a name) that neither `context`
-    nor any of the `hits` (ranked on its words) holds.
+    """Whether `question` asks something in a word that neither the `hits` found
+    on its words nor the `context` holds.
 
     Then the words it shares with them name only its subject ("What role does
     Evan have at the shelter?": the shelter, not the role), and a forwarded
-    message on that subject is no sign that the answer is forwarded.
+    message on that subject is no sign that the answer is forwarded. Only what
+    it asks counts (its sentences ending in "?"), and no word it capitalises: a
+    name the conversation writes otherwise ("Mel" for "Melanie") asks nothing.
     """
-    asked = frozenset().union(*(stems(q) for q in relevance.questions(question)))
-    asked -= frozenset(porter(_names(question)))
-    if not asked:
-        return False
-    texts = [*context, *(h.text for h in hits)]
-    return bool(asked - frozenset().union(*covering(texts, asked)))
+    asked_in = " ".join(relevance.questions(question))
+    capitalised = (w.lower() for w in _ANY_WORD.findall(asked_in) if w[:1].isupper())
+    asked = stems(asked_in) - frozenset(porter(capitalised))
+    # The hits are few and hold the question's words; the context is long.
+    for texts in ([h.text for h in hits], context):
+        if asked:
+            asked -= frozenset().union(*covering(texts, asked))
+    return bool(asked)
 
 
 def outranking(
-    hits: Sequence[SearchHit], forwarded: Set[str], margin: float = 0.0
+    hits: Sequence[SearchHit],
+    forwarded: Set[str],
+    margin: float = 0.0,
+    unjudged: Set[int] = frozenset(),
 ) -> list[SearchHit]:
-    """The `hits` (best first) that outscore by `margin` every one of them the model already
-    sees (whose texts are `forwarded`), forwarded ones left out."""
+    """The `hits` (best first) that outscore by `margin` every one of them the model
+    already sees (whose texts are `forwarded`), and those `unjudged` (by seq) wherever
+    they rank; forwarded ones left out."""
     best = max((h.score for h in hits if h.text in forwarded), default=None)
     return [
-        h for h in hits if h.text not in forwarded and (best is None or h.score >= best + margin)
+        h
+        for h in hits
+        if h.text not in forwarded
+        and (best is None or h.score >= best + margin or h.seq in unjudged)
     ]
 
 

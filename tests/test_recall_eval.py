@@ -69,15 +69,16 @@ def test_other_replays_nicknames_and_talkative_people_find_as_much(variant: str)
     assert recall.tokens_share <= 0.12, recall.line()
 
 
-def test_hybrid_finds_what_either_search_does_and_recalls_falsely_no_more_than_both() -> None:
-    # Each search's hits must outrank the forwarded messages as that search alone asks:
-    # hybrid quotes a hit only where one search alone ranks it above them. (The
-    # mock's vectors are hashed words, so this is the fusion's logic, not semantics.)
+def test_hybrid_finds_what_either_search_does_and_recalls_falsely_only_where_one_does() -> None:
+    # Hybrid fuses what each search alone would keep, so it quotes a hit only where one
+    # of them alone would. (The mock's vectors are hashed words: this is the fusion's
+    # logic, not semantics.)
     conversations = dev_set(3)
     alone = [evaluate(conversations, m, method=m) for m in ("lexical", "embeddings")]
     hybrid = evaluate(conversations, "hybrid", method="hybrid")
     assert hybrid.found >= max(s.found for s in alone), hybrid.line()
-    assert hybrid.false_recalls <= sum(s.false_recalls for s in alone), hybrid.line()
+    either = {q for s in alone for q in s.recalled_falsely or ()}
+    assert set(hybrid.recalled_falsely or ()) <= either, hybrid.line()
 
 
 def test_an_evidence_turn_reached_the_model_whole_or_by_its_answer_sentence() -> None:

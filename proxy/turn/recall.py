@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -127,12 +126,12 @@ async def _search(
     # Forwarded messages may rank first; ask for enough to skip them all.
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
-        hits, beyond = await _ranked(ctx, key, question, headers, limit, context)
+        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context)
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
     margin = SIMILARITY_MARGIN if settings.method == "embeddings" else 0.0
-    found = recall.fresh(hits, question, context, settings.k, margin, beyond=beyond)
+    found = recall.fresh(hits, question, context, settings.k, margin, unjudged=unjudged)
     budget = min(settings.max_tokens, room)
     while found:
         quoted = recall.quoted(found)
@@ -158,38 +157,39 @@ async def _ranked(
     headers: dict[str, str],
     limit: int,
     context: Sequence[str],
-) -> tuple[list[SearchHit], bool]:
+) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
-    whether the question asks beyond the words its lexical hits and `context` hold
-    (`recall.asks_beyond`; embeddings judge a question by its meaning instead).
+    the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
+    all of them when the question asks beyond its words (`recall.asks_beyond`).
+    Embeddings judge a question by its meaning, not its words.
 
-    Hybrid recall fuses what each search finds above everything in `context`
-    (by the margin embeddings alone ask, and unless the question asks beyond
-    its words), so a hit passes what its own search alone would ask of it;
-    whose question cannot be embedded falls back to its lexical hits.
+    Hybrid recall fuses what each search alone would keep: BM25 hits above every
+    forwarded message (or unjudged), cosine hits by the similarity margin above
+    it. Whose question cannot be embedded falls back to its lexical hits.
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
-    beyond = False
+    unjudged: frozenset[int] = frozenset()
     if method != "embeddings":
         lexical = await ctx.store.search(key, recall.terms(question), limit=limit)
-        beyond = recall.asks_beyond(question, lexical, context)
+        if recall.asks_beyond(question, lexical, context):
+            unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None:
-        return lexical, beyond
+        return lexical, unjudged
     try:
         (vector,) = await embedder.embed([question], headers)
     except EmbeddingsUnavailable as exc:
         ctx.metrics.embeddings.labels("failed").inc()
         log.info("recall for %s: embedding the question failed (%s)", key.conversation, exc)
-        return lexical, beyond
+        return lexical, unjudged
     semantic = await ctx.store.nearest(
         key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
     if method != "hybrid":
-        return semantic, False
+        return semantic, frozenset()
     forwarded = frozenset(context)
     fused = recall.fuse(
-        recall.outranking(lexical, forwarded, -math.inf if beyond else 0.0),
+        recall.outranking(lexical, forwarded, 0.0, unjudged),
         recall.outranking(semantic, forwarded, SIMILARITY_MARGIN),
     )
-    return fused, beyond
+    return fused, unjudged
