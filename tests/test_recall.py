@@ -180,7 +180,7 @@ def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_th
     send = conversation(client)
     fact = "At the shelter they made me coordinator of the weekend volunteers."
     for i in range(1, 200):
-        if i % 25 == 0:
+        if i % 25 == 0:  # longer than the fact: BM25 ranks a subject's short messages first
             day = f"Saturday {i} at the animal shelter: the dogs walked, the kennels cleaned"
             send(user(f"{day}, the food sorted and the yard swept before the adoption hour."))
         else:
