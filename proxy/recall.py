@@ -136,9 +136,8 @@ def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]
     it asks counts (its sentences ending in "?"), and no word it capitalises: a
     name the conversation writes otherwise ("Mel" for "Melanie") asks nothing.
     """
-    asked_in = " ".join(relevance.questions(question))
-    capitalised = (w.lower() for w in _ANY_WORD.findall(asked_in) if w[:1].isupper())
-    asked = stems(asked_in) - frozenset(porter(capitalised))
+    asked_in = _ANY_WORD.findall(" ".join(relevance.questions(question)))
+    asked = stems(" ".join(w for w in asked_in if not w[:1].isupper()))
     # The hits are few and hold the question's words; the context is long.
     for texts in ([h.text for h in hits], context):
         if asked:

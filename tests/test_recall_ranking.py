@@ -120,6 +120,21 @@ def test_covering_stems_only_what_may_hold_a_wanted_stem_and_loses_nothing(
     assert recall.covering(context, wanted) == [held for held in plain if held]
 
 
+@given(st.lists(TEXTS, max_size=4), st.lists(TEXTS, max_size=4), TEXTS, TEXTS)
+def test_asking_beyond_is_an_asked_word_no_text_holds_and_a_capitalised_one_is_none(
+    context: list[str], found: list[str], said: str, asked: str
+) -> None:
+    question = f"{said}. {asked}?"
+    hits = [hit(i, text) for i, text in enumerate(found)]
+    # Stemming every text, as `covering` avoids to.
+    words = recall.stems(" ".join(w for w in asked.split() if not w[:1].isupper()))
+    held = frozenset().union(*(recall.stems(text) for text in [*context, *found]))
+    assert recall.asks_beyond(question, hits, context) == bool(words - held)
+    # Whatever it asks, a text holding it all leaves nothing beyond.
+    assert not recall.asks_beyond(question, hits, [*context, asked])
+    assert not recall.asks_beyond(question, [*hits, hit(99, asked)], context)
+
+
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyzYIéüÉ", min_size=3, max_size=12))
 def test_a_word_is_scanned_as_holding_its_own_stem(word: str) -> None:
     stems = recall.stems(word)
