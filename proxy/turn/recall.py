@@ -172,7 +172,7 @@ async def _ranked(
     unjudged: frozenset[int] = frozenset()
     if method != "embeddings":
         lexical = await ctx.store.search(key, recall.terms(question), limit=limit)
-        if recall.asks_beyond(question, lexical, context):
+        if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None:
         return lexical, unjudged
