@@ -21,9 +21,8 @@ import sqlite3
 import threading
 from collections.abc import Iterable
 
-# Function words (pronouns, auxiliaries, determiners, prepositions), and the words of
-# a speaker's manner ("sorry", "actually"): they say nothing about what a question is
-# about. Words under three letters never count.
+# Function words (pronouns, auxiliaries, determiners, prepositions): they say nothing
+# about what a question is about. Words under three letters never count.
 # fmt: off
 STOPWORDS = frozenset((
     "the", "and", "for", "are", "but", "not", "you", "your", "yours", "with", "this", "that",
@@ -39,8 +38,16 @@ STOPWORDS = frozenset((
     "against", "without", "within", "along", "around", "across", "behind", "beyond", "upon",
     "off", "down", "via", "per", "yes", "yeah", "okay", "don", "didn", "doesn", "isn", "wasn",
     "aren", "weren", "hasn", "haven", "hadn", "couldn", "wouldn", "shouldn", "going",
+))
+# fmt: on
+
+# The words of a speaker's manner ("Sorry, so when ...?", "..., right?"): searched like
+# any word (a statement may say "my right knee"), but a question asks nothing with them.
+# fmt: off
+MANNER = frozenset((
     "sorry", "right", "sure", "actually", "anyway", "maybe", "perhaps", "wonder", "wondering",
     "curious", "quick", "quickly", "exactly", "honestly", "basically", "though", "well", "hey",
+    "double", "check", "confirm", "know", "whether", "btw", "lol", "tho",
 ))
 # fmt: on
 

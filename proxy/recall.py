@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence, Set
 
 from .dialects import Dialect
-from .english import FORMS, FRAMING, STOPWORDS, forms, porter
+from .english import FORMS, FRAMING, MANNER, STOPWORDS, forms, porter
 from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
@@ -111,7 +111,7 @@ def fresh(
     covered = covering(context, wanted) if judged else []
     seen = {question.strip()}
     chosen: list[SearchHit] = []
-    for hit in outranking(hits, forwarded, margin, unjudged):
+    for hit in outranking(hits, forwarded, margin=margin, unjudged=unjudged):
         if hit.text in seen:
             continue
         seen.add(hit.text)
@@ -133,12 +133,15 @@ def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]
     Then the words it shares with them name only its subject ("What role does
     Evan have at the shelter?": the shelter, not the role), and a forwarded
     message on that subject is no sign that the answer is forwarded. Only what
-    it asks counts (its sentences ending in "?"), and no word it capitalises: a
-    name the conversation writes otherwise ("Mel" for "Melanie") asks nothing.
+    it asks counts (its sentences ending in "?": without one, a message asks
+    nothing beyond), and neither a capitalised word (a name the conversation
+    may write otherwise, "Mel" for "Melanie"; an acronym; a sentence's opening
+    word) nor one of the speaker's manner ("sorry", "right?"). An earlier copy
+    of the question holds its words: asked again, it is judged as before.
     """
-    asked_in = _ANY_WORD.findall(" ".join(relevance.questions(question)))
-    asked = stems(" ".join(w for w in asked_in if not w[:1].isupper()))
-    # The hits are few and hold the question's words; the context is long.
+    asked_words = _ANY_WORD.findall(" ".join(relevance.questions(question)))
+    asked = stems(" ".join(w for w in asked_words if not w[:1].isupper() and w not in MANNER))
+    # The hits hold the question's words, the context seldom the new one: hits first.
     for texts in ([h.text for h in hits], context):
         if asked:
             asked -= frozenset().union(*covering(texts, asked))
@@ -148,6 +151,7 @@ def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]
 def outranking(
     hits: Sequence[SearchHit],
     forwarded: Set[str],
+    *,
     margin: float = 0.0,
     unjudged: Set[int] = frozenset(),
 ) -> list[SearchHit]:

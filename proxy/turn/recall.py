@@ -165,7 +165,7 @@ async def _ranked(
 
     Hybrid recall fuses what each search alone would keep: BM25 hits above every
     forwarded message (or unjudged), cosine hits by the similarity margin above
-    it. Whose question cannot be embedded falls back to its lexical hits.
+    it. When its question cannot be embedded, its lexical hits stand alone.
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
@@ -189,7 +189,7 @@ async def _ranked(
         return semantic, frozenset()
     forwarded = frozenset(context)
     fused = recall.fuse(
-        recall.outranking(lexical, forwarded, 0.0, unjudged),
-        recall.outranking(semantic, forwarded, SIMILARITY_MARGIN),
+        recall.outranking(lexical, forwarded, unjudged=unjudged),
+        recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN),
     )
     return fused, unjudged
