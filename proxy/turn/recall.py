@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ..context import AppContext
 
 # Embeddings recall: an archived message must be this much more similar to the
-# question (cosine) than everything forwarded, or the context already covers it.
-# Hybrid recall asks it of the embeddings' hits before their ranks are fused.
+# question (cosine) than everything forwarded, or the context already covers it
+# (hybrid recall too, before the ranks are fused).
 SIMILARITY_MARGIN = 0.05
 
 # Claude's tokenizer (or any without its encoding files) can make up to a fifth more
@@ -130,8 +130,7 @@ async def _search(
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
-    margin = SIMILARITY_MARGIN if settings.method == "embeddings" else 0.0
-    found = recall.fresh(hits, question, context, settings.k, margin, unjudged=unjudged)
+    found = recall.fresh(hits, question, context, settings.k, unjudged=unjudged)
     budget = min(settings.max_tokens, room)
     while found:
         quoted = recall.quoted(found)
@@ -163,9 +162,10 @@ async def _ranked(
     all of them when the question asks beyond its words (`recall.asks_beyond`).
     Embeddings judge a question by its meaning, not its words.
 
-    Hybrid recall fuses what each search alone would keep: BM25 hits above every
-    forwarded message (or unjudged), cosine hits by the similarity margin above
-    it. When its question cannot be embedded, its lexical hits stand alone.
+    Embeddings hits are kept only by the similarity margin above every forwarded
+    message. Hybrid recall fuses them with the BM25 hits above every forwarded
+    message (or unjudged): what each search alone would keep. When its question
+    cannot be embedded, its lexical hits stand alone.
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
@@ -185,11 +185,8 @@ async def _ranked(
     semantic = await ctx.store.nearest(
         key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
+    forwarded = frozenset(context)
+    semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset()
-    forwarded = frozenset(context)
-    fused = recall.fuse(
-        recall.outranking(lexical, forwarded, unjudged=unjudged),
-        recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN),
-    )
-    return fused, unjudged
+    return recall.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic), unjudged
