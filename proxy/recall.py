@@ -141,7 +141,8 @@ def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]
     """
     asked_words = _ANY_WORD.findall(" ".join(relevance.questions(question)))
     asked = stems(" ".join(w for w in asked_words if not w[:1].isupper() and w not in MANNER))
-    # The hits hold the question's words, the context seldom the new one: hits first.
+    # Hits first: found on the question's words, they clear most of them; the long
+    # context is scanned only for what is left.
     for texts in ([h.text for h in hits], context):
         if asked:
             asked -= frozenset().union(*covering(texts, asked))
