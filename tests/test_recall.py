@@ -177,32 +177,29 @@ def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_th
     tmp_path: Path, method: str
 ) -> None:
     """The shelter comes up every 25 turns, so also in the window; the role is nowhere."""
-    with in_process(tmp_path, recall_method=method) as (client, upstream):
-        _ask_beyond_the_shelter(client, upstream)
-
-
-def _ask_beyond_the_shelter(client: TestClient, upstream: MockUpstream) -> None:
-    send = conversation(client)
     fact = "At the shelter they made me coordinator of the weekend volunteers."
     latest = "Another Saturday at the shelter."
-    for i in range(1, 200):
-        if i == 190:  # the window's, short: BM25 ranks it above the fact
-            send(user(latest))
-        elif i % 25 == 0:  # the archive's, long: BM25 ranks the fact above them
-            day = f"Saturday {i} at the animal shelter: the dogs walked, the kennels cleaned"
-            send(user(f"{day}, the food sorted and the yard swept before the adoption hour."))
-        else:
-            send(user(fact if i == 5 else filler(i)))
-    forwarded = upstream.chat_requests()[-1]["messages"]
-    assert all(fact not in str(m.get("content")) for m in forwarded), "not reduced yet"
-    assert any(latest == m.get("content") for m in forwarded), "no shelter in the window"
+    with in_process(tmp_path, recall_method=method) as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 200):
+            if i == 190:  # the window's, short: BM25 ranks it above the fact
+                send(user(latest))
+            elif i % 25 == 0:  # the archive's, long: BM25 ranks the fact above them
+                day = f"Saturday {i} at the animal shelter: the dogs walked, the kennels cleaned"
+                send(user(f"{day}, the food sorted and the yard swept before the adoption hour."))
+            else:
+                send(user(fact if i == 5 else filler(i)))
+        forwarded = upstream.chat_requests()[-1]["messages"]
+        assert all(fact not in str(m.get("content")) for m in forwarded), "not reduced yet"
+        assert any(latest == m.get("content") for m in forwarded), "no shelter in the window"
 
-    r = send(user("What role do I have at the shelter?"))
-    assert int(r.headers["x-context-recall"]) >= 1
-    assert f"[turn 5, user] {fact}" in upstream.chat_requests()[-1]["messages"][-2]["content"]
-    # Asking only in words the window holds, the window answers: no block.
-    r = send(user("Did I walk the dogs at the shelter?"))
-    assert r.headers["x-context-recall"] == "0"
+        r = send(user("What role do I have at the shelter?"))
+        assert int(r.headers["x-context-recall"]) >= 1
+        block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+        assert f"[turn 5, user] {fact}" in block
+        # Asking only in words the window holds, the window answers: no block.
+        r = send(user("Did I walk the dogs at the shelter?"))
+        assert r.headers["x-context-recall"] == "0"
 
 
 def test_the_block_takes_the_headroom_when_the_history_stands_just_below_the_trigger(
