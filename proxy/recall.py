@@ -80,7 +80,6 @@ def fresh(
     question: str,
     context: Sequence[str],
     k: int,
-    margin: float = 0.0,
     *,
     unjudged: Set[int] = frozenset(),
 ) -> list[SearchHit]:
@@ -90,9 +89,10 @@ def fresh(
     messages forwarded this turn, the question excluded. Recall exists to
     bring back what the context lacks, so:
 
-    - hits that do not outscore every message the model already sees by
-      `margin` add nothing: the context answers to the question about as
-      well (the search ranks forwarded messages too, when the archive has them);
+    - hits that do not outscore every message the model already sees add
+      nothing: the context answers to the question about as well (the search
+      ranks forwarded messages too, when the archive has them; embeddings hits
+      come cut by their margin already, see `outranking`);
     - a hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
       earlier instances every time);
@@ -111,7 +111,7 @@ def fresh(
     covered = covering(context, wanted) if judged else []
     seen = {question.strip()}
     chosen: list[SearchHit] = []
-    for hit in outranking(hits, forwarded, margin=margin, unjudged=unjudged):
+    for hit in outranking(hits, forwarded, unjudged=unjudged):
         if hit.text in seen:
             continue
         seen.add(hit.text)

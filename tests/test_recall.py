@@ -79,8 +79,8 @@ def test_fresh_stops_below_a_message_the_model_already_sees() -> None:
     # Without the forwarded message among the hits, nothing is known to outrank.
     assert recall.fresh(hits, question, ["ok"], k=3) == hits
     # A margin (embeddings) asks a hit to beat the forwarded one clearly.
-    assert recall.fresh(hits, question, [forwarded], k=3, margin=2.5) == []
-    assert recall.fresh(hits, question, [forwarded], k=3, margin=1.5) == [hits[0]]
+    assert recall.outranking(hits, {forwarded}, margin=2.5) == []
+    assert recall.outranking(hits, {forwarded}, margin=1.5) == [hits[0]]
 
 
 def test_the_block_goes_right_before_the_last_user_message_and_quotes_tool_results() -> None:
