@@ -118,8 +118,13 @@ def evaluate(
     k: int = 5,
     max_tokens: int = 1200,
     plain: bool = False,
+    replay: bool = True,
 ) -> Score:
-    """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off)."""
+    """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off).
+
+    Without `replay` the proxy meets each conversation with its whole history
+    at the question (an app that starts using it mid-conversation).
+    """
     from starlette.testclient import TestClient
 
     score = Score(name, shares=[], recalled_falsely=[])
@@ -130,14 +135,15 @@ def evaluate(
             upstream = Upstream()
             settings = _settings(replayed, window, recall, method, k, max_tokens)
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
-                for i, message in enumerate(convo.messages):
+                for i, message in enumerate(convo.messages if replay else ()):
                     if message["role"] == "assistant":
                         upstream.answer = message["content"]
                         _send(client, convo.messages[:i], headers)
             upstream.answer = "ok"
             for j, question in enumerate(convo.questions):
                 copy = Path(tmp) / f"c{number}-q{j}.db"
-                shutil.copyfile(replayed, copy)
+                if replay:
+                    shutil.copyfile(replayed, copy)
                 settings = _settings(copy, window, recall, method, k, max_tokens)
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
@@ -258,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(plain.line())
     print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
+    met = evaluate(conversations, "... history met whole", window=args.window, replay=False)
+    print(met.line())
     for variant, made in VARIANTS.items() if not args.file else ():
         changed = [made(seed) for seed in range(len(conversations))]
         print(evaluate(changed, f"... {variant}", window=args.window).line())

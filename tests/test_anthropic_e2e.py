@@ -279,21 +279,29 @@ def test_append_mode_supplies_the_stored_history_and_it_stays_valid(
     assert first["text"].startswith("SUMMARY[")  # the stored summary, as a user text block
 
 
+@pytest.mark.parametrize("arrives", ["turn by turn", "mid-conversation"])
 def test_recall_brings_a_fact_back_as_a_text_block_of_the_question(
-    fake: tuple[MockUpstream, str], tmp_path: Path
+    fake: tuple[MockUpstream, str], tmp_path: Path, arrives: str
 ) -> None:
+    """Mid-conversation: the app had its history before it used the proxy, which stored none."""
     fact = "My passport number is X1234567 and it expires in March 2031."
     upstream, upstream_url = fake
     with start_proxy(upstream_url, tmp_path / "p.db", recall_enabled="true") as url:
         app = App(url, **{"X-Conversation-Id": "trip"})
         with app.api:
             for i in range(100):
-                if i == 4:
+                if arrives == "mid-conversation":
+                    said = fact if i == 4 else f"Turn {i}: tell me about day {i} of the trip."
+                    answer = {"role": "assistant", "content": [{"type": "text", "text": "Noted."}]}
+                    app.messages += [{"role": "user", "content": said}, answer]
+                elif i == 4:
                     app.send(fact)
                 else:
                     app.turn(i)
-            app.send("Remind me when my passport expires?")
-    asked = upstream.messages_requests()[-1]["messages"]
+            app.send("Remind me when my passport expires?", stream=arrives == "mid-conversation")
+    requests = upstream.messages_requests()
+    assert len(requests) == (1 if arrives == "mid-conversation" else 121)
+    asked = requests[-1]["messages"]
     assert fact not in str(asked[:-1]), "the fact was reduced away before the question"
     question = asked[-1]["content"]
     assert question[0]["type"] == "text" and fact in question[0]["text"]

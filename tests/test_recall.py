@@ -173,6 +173,48 @@ def test_a_fact_from_turn_5_comes_back_at_turn_200(
 
 
 @pytest.mark.parametrize("method", ["lexical", "hybrid"])
+def test_a_conversation_met_with_its_whole_history_recalls_from_that_history(
+    tmp_path: Path, method: str
+) -> None:
+    """An app that starts using the proxy mid-conversation: the store holds none of it yet.
+
+    (Hybrid: none of it is embedded yet, so its BM25 part alone finds the fact.)
+    """
+    history: list[Any] = [system("You are a travel agent.")]
+    seat = "On long flights I always book an aisle seat near the front."
+    for i in range(1, 200):
+        said = {5: PASSPORT, 7: seat}.get(i, filler(i))
+        history += [user(said), {"role": "assistant", "content": f"Echo: {said}"}]
+    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "met-whole"}
+    with in_process(tmp_path, recall_method=method) as (client, upstream):
+        # What the history does not hold is not recalled from it.
+        unrelated = [*history, user("Which pasta goes with red wine?")]
+        other = {**headers, "X-Conversation-Id": "met-whole-too"}
+        r = client.post(CHAT, json={"model": "tiny", "messages": unrelated}, headers=other)
+        assert r.headers["x-context-recall"] == "0"
+
+        history.append(user("Remind me when my passport expires?"))
+        r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+        assert r.status_code == 200, r.text
+        forwarded = upstream.chat_requests()[-1]["messages"]
+        assert all(PASSPORT not in str(m.get("content")) for m in forwarded[:-2]), "not reduced"
+        assert forwarded[-2] == {
+            "role": "system",
+            "content": f"{recall.HEADER}\n[turn 5, user] {PASSPORT}\n"
+            f"[turn 5, assistant] Echo: {PASSPORT}",
+        }
+        assert r.headers["x-context-recall"] == "2"
+
+        # The next turn finds the history archived.
+        history += [r.json()["choices"][0]["message"], user("Which seat do I book on flights?")]
+        r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+        assert r.headers["x-context-recall"] == "2"
+        assert upstream.chat_requests()[-1]["messages"][-2]["content"] == (
+            f"{recall.HEADER}\n[turn 7, user] {seat}\n[turn 7, assistant] Echo: {seat}"
+        )
+
+
+@pytest.mark.parametrize("method", ["lexical", "hybrid"])
 def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_the_subject(
     tmp_path: Path, method: str
 ) -> None:

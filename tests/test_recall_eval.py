@@ -57,6 +57,18 @@ def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> 
     assert recall.false_recalls <= 2, recall.line()
 
 
+def test_a_conversation_met_with_its_whole_history_recalls_from_that_history() -> None:
+    # An app that starts using the proxy mid-conversation: no turn of it is archived
+    # yet, and its history is searched as the archive will be once it is.
+    conversations = dev_set(3)
+    window = evaluate(conversations, "window only, met whole", recall=False, replay=False)
+    met = evaluate(conversations, "lexical recall, met whole", replay=False)
+    assert window.found_share <= 0.05, window.line()
+    assert met.found_share >= 0.65, met.line()
+    assert met.tokens_share <= 0.12, met.line()
+    assert met.false_recalls <= 2, met.line()
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_other_replays_nicknames_and_talkative_people_find_as_much(variant: str) -> None:
     # "Evan: ..." in every message: the name is no longer only in greetings, and the

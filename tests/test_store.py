@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.errors import ConfigError
 from proxy.messages import Message, chain_hashes
@@ -28,7 +30,9 @@ from proxy.store import (
     WorkingLayout,
     open_store,
 )
+from proxy.store.base import SearchHit
 from proxy.store.schema import migrate
+from proxy.store.search import search_messages
 from tests.factories import assistant, call, system, tool, user
 
 ALICE = ConvKey("a" * 64, "chat-1")
@@ -681,6 +685,29 @@ async def test_search_has_a_relevance_floor(store: Store) -> None:
     assert [h.text for h in hits] == [PASSPORT]
     assert await store.search(ALICE, [], limit=5) == []
     assert await store.search(ALICE, ["passport", "expires"], limit=0) == []
+
+
+SAID = st.lists(
+    st.sampled_from(["Hey Evan!", "walk", "coffee", "passport", "expires", "saw", "see", "bear"]),
+    min_size=1,
+    max_size=8,
+).map(" ".join)
+ASKED = st.lists(st.sampled_from(["Evan", "walk", "passport", "expires", "see", "bear", "new"]))
+
+
+@given(st.lists(SAID, min_size=1, max_size=30), ASKED, st.integers(1, 10))
+def test_messages_no_store_holds_are_searched_as_their_archive_will_be(
+    said: list[str], words: list[str], limit: int
+) -> None:
+    messages = [system(), *(user(t) if i % 2 else assistant(t) for i, t in enumerate(said))]
+    commit = turn(ALICE, messages)
+
+    async def archived() -> list[SearchHit]:
+        store = MemoryStore(ttl_s=TTL)
+        await store.commit(commit)
+        return await store.search(ALICE, words, limit=limit)
+
+    assert search_messages(commit.working, words, limit) == asyncio.run(archived())
 
 
 def chat_between_friends() -> list[Message]:

@@ -44,6 +44,8 @@ REPLIED = 50
 # The reply, and an answer the proxy stored before the client resent its own.
 MAX_REPLIES = 3
 _BATCH = 1000
+# The roles whose messages are indexed: what was said, not the instructions.
+SEARCHED = ("user", "assistant", "tool")
 
 # The `conv` column holds one token naming the conversation, so a query is an
 # index intersection rather than a scan of every tenant's postings.
@@ -114,7 +116,7 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
         who = role(message)
         if who == "user":
             turns += 1
-        if who not in ("user", "assistant", "tool"):
+        if who not in SEARCHED:
             continue
         text = text_of(message).strip()
         if text:
@@ -304,6 +306,24 @@ def nearest(
     )
     hits = [SearchHit(int(s), int(t), str(r), str(b), chosen[int(s)]) for s, t, r, b in found]
     return sorted(hits, key=lambda h: (-h.score, -h.seq))
+
+
+def search_messages(
+    messages: Sequence[Message], words: Sequence[str | tuple[str, ...]], limit: int
+) -> list[SearchHit]:
+    """`search` over messages no store holds yet, as it would run once they are archived.
+
+    The index is built for the one search and thrown away (blocking: run it off the loop).
+    """
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        create(db)
+        add(db, 1, [(seq, "", message) for seq, message in enumerate(messages)])
+        return search(db, 1, words, limit)
+    except sqlite3.Error as exc:
+        raise StoreError(f"search index: {exc}") from exc
+    finally:
+        db.close()
 
 
 Fetch = Callable[[ConvKey, int, int], Awaitable[list[ArchivedMessage]]]

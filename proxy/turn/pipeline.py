@@ -186,8 +186,10 @@ async def plan(
         )
     recalled: int | None = None
     if ctx.settings.recall.enabled:
+        # A turn that continues nothing stored brings a history the archive lacks.
+        unstored = loaded.turn.history if not loaded.extends else None
         reduction, recalled = await recall_into(
-            ctx, key, reduction, model, reserved, headers, wire.items
+            ctx, key, reduction, model, reserved, headers, wire.items, unstored
         )
     if loaded.stateless:
         reduction = with_kind(reduction, "stateless")

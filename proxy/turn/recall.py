@@ -9,6 +9,7 @@ costs the turn its recall, never the request.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -17,10 +18,11 @@ from typing import TYPE_CHECKING
 from .. import recall
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
-from ..messages import digest, role, text_of
+from ..messages import Message, digest, role, text_of
 from ..reduction.types import Reduction
 from ..store import ConvKey, StoreError
 from ..store.base import SearchHit
+from ..store.search import SEARCHED, search_messages
 from ..upstream import openai_side
 from .sessions import Recalled
 
@@ -50,12 +52,16 @@ async def recall_into(
     reserved: int,
     headers: dict[str, str],
     dialect: Dialect,
+    unstored: Sequence[Message] | None = None,
 ) -> tuple[Reduction, int]:
     """`reduction` with a recall block before its last user message, and how many hits it quotes.
 
     The question is searched once, on the request that ends with it; the
     requests that follow within the same turn (tool results) repeat that
-    block verbatim, so the turn's requests share their prefix.
+    block verbatim, so the turn's requests share their prefix. `unstored` is
+    the history when the store holds none of it (the proxy meets a
+    conversation with its history, or lost its store): it is searched in
+    place of the archive, as the archive will be once this turn is stored.
     """
     at = recall.question_index(reduction.messages, dialect)
     if at < 0:
@@ -69,7 +75,10 @@ async def recall_into(
     else:
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
-        content, found = await _search(ctx, key, reduction, at, model, side, room)
+        before = None
+        if unstored is not None:
+            before = unstored[: max(0, recall.question_index(unstored, dialect))]
+        content, found = await _search(ctx, key, reduction, at, model, side, room, before)
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
         return reduction, 0
@@ -108,6 +117,7 @@ async def _search(
     model: str,
     headers: dict[str, str],
     room: int,
+    unstored: Sequence[Message] | None,
 ) -> tuple[str, int]:
     """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
 
@@ -121,12 +131,16 @@ async def _search(
     context = [
         text_of(m).strip()
         for i, m in enumerate(reduction.messages)
-        if i != at and role(m) in ("user", "assistant", "tool")
+        if i != at and role(m) in SEARCHED
     ]
+    if unstored is not None and set(context).issuperset(
+        text_of(m).strip() for m in unstored if role(m) in SEARCHED
+    ):
+        return "", 0  # everything it brings is forwarded: nothing to recall
     # Forwarded messages may rank first; ask for enough to skip them all.
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
-        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context)
+        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, unstored)
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
@@ -156,6 +170,7 @@ async def _ranked(
     headers: dict[str, str],
     limit: int,
     context: Sequence[str],
+    unstored: Sequence[Message] | None,
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
@@ -165,16 +180,22 @@ async def _ranked(
     Embeddings hits are kept only by the similarity margin above every forwarded
     message. Hybrid recall fuses them with the BM25 hits above every forwarded
     message (or unjudged): what each search alone would keep. When its question
-    cannot be embedded, its lexical hits stand alone.
+    cannot be embedded, its lexical hits stand alone. Messages the store does
+    not hold yet (`unstored`) are searched by their words alone: they have no
+    embeddings until they are archived (and the store's may be another history's).
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
     unjudged: frozenset[int] = frozenset()
     if method != "embeddings":
-        lexical = await ctx.store.search(key, recall.terms(question), limit=limit)
+        terms = recall.terms(question)
+        if unstored is not None:
+            lexical = await asyncio.to_thread(search_messages, unstored, terms, limit)
+        else:
+            lexical = await ctx.store.search(key, terms, limit=limit)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
-    if method == "lexical" or embedder is None:
+    if method == "lexical" or embedder is None or unstored is not None:
         return lexical, unjudged
     try:
         (vector,) = await embedder.embed([question], headers)
