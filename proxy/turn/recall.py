@@ -174,7 +174,8 @@ async def _ranked(
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
-    all of them when the question asks beyond its words (`recall.asks_beyond`).
+    all of them when the question asks beyond its words (`recall.asks_beyond`),
+    those matching the same words then ordered by the detail they hold.
     Embeddings judge a question by its meaning, not its words.
 
     Embeddings hits are kept only by the similarity margin above every forwarded
@@ -194,6 +195,7 @@ async def _ranked(
         else:
             lexical = await ctx.store.search(key, terms, limit=limit)
         if lexical and recall.asks_beyond(question, lexical, context):
+            lexical = recall.detailed(lexical, question)
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None or unstored is not None:
         return lexical, unjudged
