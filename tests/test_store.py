@@ -704,8 +704,11 @@ def test_messages_no_store_holds_are_searched_as_their_archive_will_be(
 
     async def archived() -> list[SearchHit]:
         store = MemoryStore(ttl_s=TTL)
-        await store.commit(commit)
-        return await store.search(ALICE, words, limit=limit)
+        try:
+            await store.commit(commit)
+            return await store.search(ALICE, words, limit=limit)
+        finally:
+            await store.close()
 
     assert search_messages(commit.working, words, limit) == asyncio.run(archived())
 

@@ -37,7 +37,7 @@ from ..upstream import bearer_token, forward_headers, refused_operator_key, resp
 from .count import undercount
 from .fairness import LARGE_BODY, let_others_run
 from .load import load
-from .recall import recall_into
+from .recall import Unarchived, recall_into
 from .reduce import reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
 from .state import SnapshotState
@@ -186,10 +186,13 @@ async def plan(
         )
     recalled: int | None = None
     if ctx.settings.recall.enabled:
-        # A turn that continues nothing stored brings a history the archive lacks.
-        unstored = loaded.turn.history if not loaded.extends else None
+        turn = loaded.turn
+        unarchived = None
+        if mode != "append":  # what the store lacks of the history the client sent
+            archived = len(turn.history) - len(turn.new)
+            unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
         reduction, recalled = await recall_into(
-            ctx, key, reduction, model, reserved, headers, wire.items, unstored
+            ctx, key, reduction, model, reserved, headers, wire.items, unarchived
         )
     if loaded.stateless:
         reduction = with_kind(reduction, "stateless")

@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import recall
@@ -44,6 +45,19 @@ MIN_QUOTE = 200
 log = logging.getLogger("context_proxy.chat")
 
 
+@dataclass(frozen=True, slots=True)
+class Unarchived:
+    """A full-history turn as the store holds it: it lacks `history[archived:]`.
+
+    `continues` when the turn extends a stored snapshot: its history then holds
+    everything the store archived of it.
+    """
+
+    history: Sequence[Message]
+    archived: int
+    continues: bool
+
+
 async def recall_into(
     ctx: AppContext,
     key: ConvKey,
@@ -52,16 +66,16 @@ async def recall_into(
     reserved: int,
     headers: dict[str, str],
     dialect: Dialect,
-    unstored: Sequence[Message] | None = None,
+    unarchived: Unarchived | None = None,
 ) -> tuple[Reduction, int]:
     """`reduction` with a recall block before its last user message, and how many hits it quotes.
 
     The question is searched once, on the request that ends with it; the
     requests that follow within the same turn (tool results) repeat that
-    block verbatim, so the turn's requests share their prefix. `unstored` is
-    the history when the store holds none of it (the proxy meets a
-    conversation with its history, or lost its store): it is searched in
-    place of the archive, as the archive will be once this turn is stored.
+    block verbatim, so the turn's requests share their prefix. A turn whose
+    history the store lacks part of (`unarchived`: the proxy meets a
+    conversation with its history, or lost its store) has that history
+    searched too, as the archive will be once the turn is stored.
     """
     at = recall.question_index(reduction.messages, dialect)
     if at < 0:
@@ -75,10 +89,9 @@ async def recall_into(
     else:
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
-        before = None
-        if unstored is not None:
-            before = unstored[: max(0, recall.question_index(unstored, dialect))]
-        content, found = await _search(ctx, key, reduction, at, model, side, room, before)
+        content, found = await _search(
+            ctx, key, reduction, at, model, side, room, _own(unarchived, reduction, dialect)
+        )
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
         return reduction, 0
@@ -117,7 +130,7 @@ async def _search(
     model: str,
     headers: dict[str, str],
     room: int,
-    unstored: Sequence[Message] | None,
+    own: tuple[Sequence[Message], bool] | None,
 ) -> tuple[str, int]:
     """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
 
@@ -133,14 +146,10 @@ async def _search(
         for i, m in enumerate(reduction.messages)
         if i != at and role(m) in SEARCHED
     ]
-    if unstored is not None and set(context).issuperset(
-        text_of(m).strip() for m in unstored if role(m) in SEARCHED
-    ):
-        return "", 0  # everything it brings is forwarded: nothing to recall
     # Forwarded messages may rank first; ask for enough to skip them all.
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
-        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, unstored)
+        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, own)
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
@@ -170,34 +179,29 @@ async def _ranked(
     headers: dict[str, str],
     limit: int,
     context: Sequence[str],
-    unstored: Sequence[Message] | None,
+    own: tuple[Sequence[Message], bool] | None,
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
-    all of them when the question asks beyond its words (`recall.asks_beyond`),
-    those matching the same words then ordered by the detail they hold.
+    all of them when the question asks beyond its words (`recall.asks_beyond`).
     Embeddings judge a question by its meaning, not its words.
 
     Embeddings hits are kept only by the similarity margin above every forwarded
     message. Hybrid recall fuses them with the BM25 hits above every forwarded
     message (or unjudged): what each search alone would keep. When its question
-    cannot be embedded, its lexical hits stand alone. Messages the store does
-    not hold yet (`unstored`) are searched by their words alone: they have no
-    embeddings until they are archived (and the store's may be another history's).
+    cannot be embedded, its lexical hits stand alone. Hits from the turn's
+    `own` history (see `_lexical`) stand alone too: its messages have no
+    embeddings until they are archived.
     """
     method, embedder = ctx.settings.recall.method, ctx.embedder
     lexical: list[SearchHit] = []
     unjudged: frozenset[int] = frozenset()
+    searched_own = False
     if method != "embeddings":
-        terms = recall.terms(question)
-        if unstored is not None:
-            lexical = await asyncio.to_thread(search_messages, unstored, terms, limit)
-        else:
-            lexical = await ctx.store.search(key, terms, limit=limit)
+        lexical, searched_own = await _lexical(ctx, key, recall.terms(question), limit, own)
         if lexical and recall.asks_beyond(question, lexical, context):
-            lexical = recall.detailed(lexical, question)
             unjudged = frozenset(h.seq for h in lexical)
-    if method == "lexical" or embedder is None or unstored is not None:
+    if method == "lexical" or embedder is None or searched_own:
         return lexical, unjudged
     try:
         (vector,) = await embedder.embed([question], headers)
@@ -213,3 +217,54 @@ async def _ranked(
     if method != "hybrid":
         return semantic, frozenset()
     return recall.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic), unjudged
+
+
+def _own(
+    turn: Unarchived | None, reduction: Reduction, dialect: Dialect
+) -> tuple[Sequence[Message], bool] | None:
+    """The turn's history before its question, when the store lacks some of it that the
+    reduction does not forward (with whether the turn continues a stored snapshot); else
+    None: the store holds all that recall could add.
+    """
+    if turn is None:
+        return None
+    at = recall.question_index(turn.history, dialect)
+    if at <= turn.archived:
+        return None
+    forwarded = {text_of(m).strip() for m in reduction.messages}
+    lacking = (text_of(m).strip() for m in turn.history[turn.archived : at] if role(m) in SEARCHED)
+    if all(not text or text in forwarded for text in lacking):
+        return None
+    return turn.history[:at], turn.continues
+
+
+async def _lexical(
+    ctx: AppContext,
+    key: ConvKey,
+    terms: Sequence[str | tuple[str, ...]],
+    limit: int,
+    own: tuple[Sequence[Message], bool] | None,
+) -> tuple[list[SearchHit], bool]:
+    """The BM25 hits for `terms`, and whether they come from the turn's `own` history.
+
+    That history is searched in place of the store when the turn continues a
+    stored snapshot (it holds all the store archived of it), and otherwise
+    when the store finds nothing: a client that trims its own history resends
+    only part of what the store holds, a store that never saw the
+    conversation holds nothing, one that cannot be reached answers nothing.
+    """
+    if own is None or not own[1]:
+        try:
+            hits = await ctx.store.search(key, terms, limit=limit)
+        except StoreError:
+            if own is None:
+                raise
+            ctx.metrics.store_errors.labels("search").inc()
+            hits = []
+        if hits or own is None:
+            return hits, False
+    try:
+        return await asyncio.to_thread(search_messages, own[0], terms, limit), True
+    except StoreError as exc:
+        log.info("recall for %s: indexing its history failed (%s)", key.conversation, exc)
+        return [], True
