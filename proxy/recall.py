@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import re
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence, Set
 
 from .dialects import Dialect
@@ -147,6 +147,40 @@ def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]
         if asked:
             asked -= frozenset().union(*covering(texts, asked))
     return bool(asked)
+
+
+def detailed(hits: Sequence[SearchHit], question: str) -> list[SearchHit]:
+    """`hits` (best first), those matching the same words of `question` reordered among
+    their places by detail: first those whose sentences on the question's words hold a
+    word the fewest other hits' do.
+
+    When a question asks beyond its subject, its hits match only the subject's
+    words, and BM25 orders the messages that match the same words mostly by
+    their length (shorter first): a routine mention ("Another Saturday at the
+    shelter.") before the one that says something new about it, which is
+    what a question about something no message names needs. Only the
+    sentences on the subject count: a message also says other things (small
+    talk around a mention has rare words too). Hits matching other words keep
+    their places.
+    """
+    wanted = stems(question)
+    said = [_about(h.text, wanted) for h in hits]
+    holding = Counter(word for words in said for word in words)
+    rarest = [min((holding[w] for w in words), default=len(hits)) for words in said]
+    places: defaultdict[frozenset[str], list[int]] = defaultdict(list)
+    for i, words in enumerate(said):
+        places[words & wanted].append(i)
+    ordered = list(hits)
+    for same in places.values():
+        for place, i in zip(same, sorted(same, key=rarest.__getitem__), strict=True):
+            ordered[place] = hits[i]
+    return ordered
+
+
+def _about(text: str, wanted: frozenset[str]) -> frozenset[str]:
+    """The stems of `text`'s sentences that hold one of the `wanted` stems."""
+    held = (stems(m.group()) for m in relevance.SENTENCE.finditer(text))
+    return frozenset().union(*(words for words in held if words & wanted))
 
 
 def outranking(

@@ -286,6 +286,27 @@ def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_th
         assert r.headers["x-context-recall"] == "0"
 
 
+def test_a_question_asking_beyond_gets_the_message_saying_something_new_not_the_shortest(
+    tmp_path: Path,
+) -> None:
+    """Routine mentions of the shelter, shorter than the fact, outrank it by length alone."""
+    fact = "At the shelter they made me coordinator of the weekend volunteers."
+    routine = ["Quiet Saturday at the shelter.", "Saturday at the shelter, quiet."]
+    with in_process(tmp_path, recall_k="2") as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 200):
+            if i == 190:
+                send(user("Another Saturday at the shelter."))
+            elif i % 25 == 0:
+                send(user(routine[i // 25 % 2]))
+            else:
+                send(user(fact if i == 5 else filler(i)))
+        r = send(user("What role do I have at the shelter?"))
+    assert r.headers["x-context-recall"] == "2"
+    block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+    assert block == f"{recall.HEADER}\n[turn 5, user] {fact}\n[turn 5, assistant] Echo: {fact}"
+
+
 def test_the_block_takes_the_headroom_when_the_history_stands_just_below_the_trigger(
     lexical: tuple[TestClient, MockUpstream],
 ) -> None:

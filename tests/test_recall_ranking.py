@@ -6,6 +6,8 @@ path (test_recall.py, and the development set in test_recall_eval.py).
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -226,6 +228,51 @@ def test_neither_rule_judges_the_hits_of_a_question_asking_beyond() -> None:
     # Only the unjudged hits: another is judged as before.
     other = hit(5, "The shelter got blankets.")
     assert recall.fresh([fact, other], question, [forwarded], k=3, unjudged={3}) == [fact]
+
+
+def test_hits_matching_the_same_words_are_reordered_by_the_detail_they_hold() -> None:
+    question = "What role does Evan have at the shelter?"
+    ranked = [
+        hit(1, "Quiet Saturday at the shelter."),
+        hit(2, "My role at work changed."),
+        hit(3, "The train was late, octopuses on TV. Saturday at the shelter, quiet."),
+        hit(4, "Hey! At the shelter they made me coordinator."),
+        hit(5, "A quiet morning at the shelter, new blankets."),
+    ]
+    # The shelter's four places go first to those saying, where they speak of it, a word
+    # no other hit does ("coordinator", "blankets"), in BM25's order; then the routine
+    # ones, whose sentences on the shelter say nothing the others do not (the small talk
+    # beside one counts for nothing). The role's hit matches other words: it stays.
+    assert [h.seq for h in recall.detailed(ranked, question)] == [4, 2, 5, 1, 3]
+    assert recall.detailed([], question) == []
+
+
+TEXTS_SAID = st.lists(
+    st.sampled_from(["shelter", "role", "saturday", "quiet", "coordinator", "dogs", "the"]),
+    max_size=5,
+).map(" ".join)
+
+
+@given(st.lists(TEXTS_SAID, max_size=12))
+def test_detail_reorders_hits_only_among_the_places_of_those_matching_the_same_words(
+    texts: list[str],
+) -> None:
+    question = "What role do I have at the shelter?"
+    hits = [hit(i, text) for i, text in enumerate(texts)]  # one sentence each
+    ordered = recall.detailed(hits, question)
+    assert sorted(h.seq for h in ordered) == list(range(len(hits)))
+    wanted = recall.stems(question)
+    # A hit's words that count: its sentence's, if it speaks of the question's words.
+    said = {
+        h.seq: recall.stems(h.text) if recall.stems(h.text) & wanted else frozenset() for h in hits
+    }
+    holding = {w: sum(w in words for words in said.values()) for w in wanted.union(*said.values())}
+    for place, (before, after) in enumerate(zip(hits, ordered, strict=True)):
+        assert said[after.seq] & wanted == said[before.seq] & wanted, place
+    rarest = [min((holding[w] for w in said[h.seq]), default=len(hits)) for h in ordered]
+    for a, b in itertools.combinations(range(len(ordered)), 2):
+        if said[ordered[a].seq] & wanted == said[ordered[b].seq] & wanted:
+            assert (rarest[a], ordered[a].seq) < (rarest[b], ordered[b].seq)
 
 
 def test_a_ranking_keeps_what_outscores_everything_forwarded_by_its_margin() -> None:

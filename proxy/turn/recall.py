@@ -42,6 +42,10 @@ ESTIMATE_ERROR = 1.2
 # The shortest quote of a message worth a place in the block.
 MIN_QUOTE = 200
 
+# A question asking beyond its subject has its best hits (not forwarded) ordered by
+# detail: ample for `k`, and each costs stemming its text.
+DETAILED = 50
+
 log = logging.getLogger("context_proxy.chat")
 
 
@@ -173,6 +177,29 @@ async def _search(
 
 
 async def _ranked(
+    ctx: AppContext,
+    key: ConvKey,
+    question: str,
+    headers: dict[str, str],
+    limit: int,
+    context: Sequence[str],
+    own: tuple[Sequence[Message], bool] | None,
+) -> tuple[list[SearchHit], frozenset[int]]:
+    """`_searched`'s hits; for a question asking beyond its subject, the forwarded ones
+    left out and the best of the rest ordered by the detail they hold (`recall.detailed`).
+    In hybrid that is the fused ranking: the most detailed takes the subject's best place
+    there, where ordered before the fusion it may lose it to the other ranking's hits."""
+    hits, unjudged = await _searched(ctx, key, question, headers, limit, context, own)
+    if not unjudged:
+        return hits, unjudged
+    forwarded = frozenset(context)  # what the model reads already: dropped by `fresh` anyway
+    unseen = [h for h in hits if h.text not in forwarded]
+    # Stemming long hits (tool results) takes a while: off the loop.
+    best = await asyncio.to_thread(recall.detailed, unseen[:DETAILED], question)
+    return best + unseen[DETAILED:], unjudged
+
+
+async def _searched(
     ctx: AppContext,
     key: ConvKey,
     question: str,
