@@ -157,6 +157,8 @@ async def _search(
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
+    if unjudged:  # the question asks beyond its subject
+        hits = await _detailed(hits, question, context)
     found = recall.fresh(hits, question, context, settings.k, unjudged=unjudged)
     budget = min(settings.max_tokens, room)
     while found:
@@ -177,29 +179,6 @@ async def _search(
 
 
 async def _ranked(
-    ctx: AppContext,
-    key: ConvKey,
-    question: str,
-    headers: dict[str, str],
-    limit: int,
-    context: Sequence[str],
-    own: tuple[Sequence[Message], bool] | None,
-) -> tuple[list[SearchHit], frozenset[int]]:
-    """`_searched`'s hits; for a question asking beyond its subject, the forwarded ones
-    left out and the best of the rest ordered by the detail they hold (`recall.detailed`).
-    In hybrid that is the fused ranking: the most detailed takes the subject's best place
-    there, where ordered before the fusion it may lose it to the other ranking's hits."""
-    hits, unjudged = await _searched(ctx, key, question, headers, limit, context, own)
-    if not unjudged:
-        return hits, unjudged
-    forwarded = frozenset(context)  # what the model reads already: dropped by `fresh` anyway
-    unseen = [h for h in hits if h.text not in forwarded]
-    # Stemming long hits (tool results) takes a while: off the loop.
-    best = await asyncio.to_thread(recall.detailed, unseen[:DETAILED], question)
-    return best + unseen[DETAILED:], unjudged
-
-
-async def _searched(
     ctx: AppContext,
     key: ConvKey,
     question: str,
@@ -244,6 +223,20 @@ async def _searched(
     if method != "hybrid":
         return semantic, frozenset()
     return recall.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic), unjudged
+
+
+async def _detailed(
+    hits: Sequence[SearchHit], question: str, context: Sequence[str]
+) -> list[SearchHit]:
+    """`hits` less the forwarded ones, the best of the rest ordered by the detail they
+    hold (`recall.detailed`). In hybrid these are the fused ranking's: the most detailed
+    takes the subject's best place there, where ordered before the fusion it may lose it
+    to the other ranking's hits."""
+    forwarded = frozenset(context)  # what the model reads already: dropped by `fresh` anyway
+    unseen = [h for h in hits if h.text not in forwarded]
+    # Stemming long hits (tool results) takes a while: off the loop.
+    best = await asyncio.to_thread(recall.detailed, unseen[:DETAILED], question)
+    return best + unseen[DETAILED:]
 
 
 def _own(
