@@ -256,6 +256,30 @@ def test_a_client_trimming_its_own_history_still_gets_what_the_store_archived(
     assert f" user] {PASSPORT}\n" in forwarded[-2]["content"]
 
 
+def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
+    tmp_path: Path,
+) -> None:
+    """A client trimming its history; BM25 finds nothing in the store nor in the request.
+
+    "baril" is where the mock's hashed vectors put "passport": a synonym to them, a
+    word never said to BM25.
+    """
+    fact = "My passport expires soon."
+    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
+    with in_process(tmp_path, recall_method="hybrid") as (client, upstream):
+        history: list[Any] = []
+        for i in range(1, 200):
+            history.append(user(fact if i == 5 else filler(i)))
+            sent = [system("You are a travel agent."), *history[-150:]]
+            r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+            history.append(r.json()["choices"][0]["message"])
+        history.append(user("baril?"))
+        sent = [system("You are a travel agent."), *history[-150:]]
+        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+    assert int(r.headers["x-context-recall"]) >= 1
+    assert f" user] {fact}\n" in upstream.chat_requests()[-1]["messages"][-2]["content"]
+
+
 @pytest.mark.parametrize("method", ["lexical", "hybrid"])
 def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_the_subject(
     tmp_path: Path, method: str

@@ -93,9 +93,10 @@ async def recall_into(
     else:
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
-        content, found = await _search(
-            ctx, key, reduction, at, model, side, room, _own(unarchived, reduction, dialect)
-        )
+        # Embeddings search the store alone: the history has no vectors yet.
+        lexical = ctx.settings.recall.method != "embeddings"
+        own = _own(unarchived, reduction, dialect) if lexical else None
+        content, found = await _search(ctx, key, reduction, at, model, side, room, own)
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
         return reduction, 0
@@ -235,7 +236,11 @@ async def _detailed(
     forwarded = frozenset(context)  # what the model reads already: dropped by `fresh` anyway
     unseen = [h for h in hits if h.text not in forwarded]
     # Stemming long hits (tool results) takes a while: off the loop.
-    best = await asyncio.to_thread(recall.detailed, unseen[:DETAILED], question)
+    try:
+        best = await asyncio.to_thread(recall.detailed, unseen[:DETAILED], question)
+    except Exception as exc:  # the order is an extra: failing, BM25's stands
+        log.warning("recall: ordering hits by detail failed (%s)", exc)
+        return unseen
     return best + unseen[DETAILED:]
 
 
@@ -265,26 +270,32 @@ async def _lexical(
     limit: int,
     own: tuple[Sequence[Message], bool] | None,
 ) -> tuple[list[SearchHit], bool]:
-    """The BM25 hits for `terms`, and whether they come from the turn's `own` history.
+    """The BM25 hits for `terms`, and whether they come from the turn's `own` history
+    (then the store's embeddings, numbered otherwise, cannot be fused with them).
 
     That history is searched in place of the store when the turn continues a
-    stored snapshot (it holds all the store archived of it), and otherwise
-    when the store finds nothing: a client that trims its own history resends
-    only part of what the store holds, a store that never saw the
-    conversation holds nothing, one that cannot be reached answers nothing.
+    stored snapshot (it holds what the store archived of its chain; the store
+    is asked only if it finds nothing), and otherwise when the store finds
+    nothing: a client that trims its own history resends only part of what
+    the store holds, a store that never saw the conversation holds nothing,
+    one that cannot be reached answers nothing.
     """
-    if own is None or not own[1]:
+    if own is None:
+        return await ctx.store.search(key, terms, limit=limit), False
+    history, continues = own
+    if not continues:
         try:
             hits = await ctx.store.search(key, terms, limit=limit)
         except StoreError:
-            if own is None:
-                raise
             ctx.metrics.store_errors.labels("search").inc()
             hits = []
-        if hits or own is None:
+        if hits:
             return hits, False
     try:
-        return await asyncio.to_thread(search_messages, own[0], terms, limit), True
-    except StoreError as exc:
-        log.info("recall for %s: indexing its history failed (%s)", key.conversation, exc)
-        return [], True
+        hits = await asyncio.to_thread(search_messages, history, terms, limit)
+    except Exception as exc:  # recall is an extra: a failing index costs it, not the request
+        log.warning("recall for %s: indexing its history failed (%s)", key.conversation, exc)
+        hits = []
+    if hits or not continues:
+        return hits, bool(hits)
+    return await ctx.store.search(key, terms, limit=limit), False
