@@ -51,10 +51,10 @@ log = logging.getLogger("context_proxy.chat")
 
 @dataclass(frozen=True, slots=True)
 class Unarchived:
-    """A full-history turn as the store holds it: it lacks `history[archived:]`.
-
-    `continues` when the turn extends a stored snapshot: its history then holds
-    everything the store archived of it.
+    """A full-history turn as the store holds it: `history[archived:]` is what the turn
+    archives as new (the store may hold some of it already, the previous answer as the
+    proxy stored it). `continues` when the turn extends a stored snapshot: its history
+    then holds what the store archived of its chain.
     """
 
     history: Sequence[Message]
