@@ -93,10 +93,9 @@ async def recall_into(
     else:
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
-        # Embeddings search the store alone: the history has no vectors yet.
-        lexical = ctx.settings.recall.method != "embeddings"
-        own = _own(unarchived, reduction, dialect) if lexical else None
-        content, found = await _search(ctx, key, reduction, at, model, side, room, own)
+        content, found = await _search(
+            ctx, key, reduction, at, model, side, room, unarchived, dialect
+        )
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
         return reduction, 0
@@ -135,7 +134,8 @@ async def _search(
     model: str,
     headers: dict[str, str],
     room: int,
-    own: tuple[Sequence[Message], bool] | None,
+    unarchived: Unarchived | None,
+    dialect: Dialect,
 ) -> tuple[str, int]:
     """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
 
@@ -151,6 +151,9 @@ async def _search(
         for i, m in enumerate(reduction.messages)
         if i != at and role(m) in SEARCHED
     ]
+    forwarded = frozenset(context)
+    # Embeddings search the store alone: the history has no vectors yet.
+    own = _own(unarchived, forwarded, dialect) if settings.method != "embeddings" else None
     # Forwarded messages may rank first; ask for enough to skip them all.
     limit = min(settings.k + len(reduction.messages), 1000)
     try:
@@ -159,7 +162,7 @@ async def _search(
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
     if unjudged:  # the question asks beyond its subject
-        hits = await _detailed(hits, question, context)
+        hits = await _detailed(hits, question, forwarded)
     found = recall.fresh(hits, question, context, settings.k, unjudged=unjudged)
     budget = min(settings.max_tokens, room)
     while found:
@@ -227,13 +230,13 @@ async def _ranked(
 
 
 async def _detailed(
-    hits: Sequence[SearchHit], question: str, context: Sequence[str]
+    hits: Sequence[SearchHit], question: str, forwarded: frozenset[str]
 ) -> list[SearchHit]:
     """`hits` less the forwarded ones, the best of the rest ordered by the detail they
     hold (`recall.detailed`). In hybrid these are the fused ranking's: the most detailed
     takes the subject's best place there, where ordered before the fusion it may lose it
     to the other ranking's hits."""
-    forwarded = frozenset(context)  # what the model reads already: dropped by `fresh` anyway
+    # What the model reads already goes: `fresh` would drop it anyway.
     unseen = [h for h in hits if h.text not in forwarded]
     # Stemming long hits (tool results) takes a while: off the loop.
     try:
@@ -245,7 +248,7 @@ async def _detailed(
 
 
 def _own(
-    turn: Unarchived | None, reduction: Reduction, dialect: Dialect
+    turn: Unarchived | None, forwarded: frozenset[str], dialect: Dialect
 ) -> tuple[Sequence[Message], bool] | None:
     """The turn's history before its question, when the store lacks some of it that the
     reduction does not forward (with whether the turn continues a stored snapshot); else
@@ -256,7 +259,6 @@ def _own(
     at = recall.question_index(turn.history, dialect)
     if at <= turn.archived:
         return None
-    forwarded = {text_of(m).strip() for m in reduction.messages}
     lacking = (text_of(m).strip() for m in turn.history[turn.archived : at] if role(m) in SEARCHED)
     if all(not text or text in forwarded for text in lacking):
         return None
