@@ -47,6 +47,10 @@ MODEL = "recall-eval"
 SUMMARIZER = "context-proxy summarizer"
 
 
+def _share(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
 @dataclass
 class Score:
     name: str
@@ -58,25 +62,44 @@ class Score:
     false_recalls: int = 0
     shares: list[float] | None = None
     recalled_falsely: list[str] | None = None  # the questions nothing answers that got a block
+    # The replay's requests: how many, how many got a recall block, and how many of those
+    # with one before them extend it (what a provider's prompt cache needs).
+    replayed: int = 0
+    fired: int = 0
+    followed: int = 0  # requests with one before them in their conversation
+    extended: int = 0
 
     @property
     def found_share(self) -> float:
-        return self.found / self.answerable if self.answerable else 0.0
+        return _share(self.found, self.answerable)
 
     @property
     def turns_share(self) -> float:
-        return self.turns_found / self.evidence_turns if self.evidence_turns else 0.0
+        return _share(self.turns_found, self.evidence_turns)
 
     @property
     def tokens_share(self) -> float:
         return statistics.mean(self.shares) if self.shares else 0.0
 
+    @property
+    def fired_share(self) -> float:
+        return _share(self.fired, self.replayed)
+
+    @property
+    def extended_share(self) -> float:
+        return _share(self.extended, self.followed)
+
     def line(self) -> str:
+        replay = (
+            f"  replay: recall on {self.fired_share:5.1%}, prefix kept {self.extended_share:5.1%}"
+            if self.replayed
+            else ""
+        )
         return (
             f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
             f"({self.found}/{self.answerable})  evidence turns {self.turns_share:6.1%}  "
             f"tokens forwarded {self.tokens_share:6.1%}  "
-            f"false recalls {self.false_recalls}/{self.unanswerable}"
+            f"false recalls {self.false_recalls}/{self.unanswerable}{replay}"
         )
 
 
@@ -135,10 +158,17 @@ def evaluate(
             upstream = Upstream()
             settings = _settings(replayed, window, recall, method, k, max_tokens)
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
+                before: list[dict[str, Any]] | None = None
                 for i, message in enumerate(convo.messages if replay else ()):
                     if message["role"] == "assistant":
                         upstream.answer = message["content"]
-                        _send(client, convo.messages[:i], headers)
+                        response = _send(client, convo.messages[:i], headers)
+                        score.replayed += 1
+                        score.fired += int(response.headers.get("x-context-recall", "0")) > 0
+                        if before is not None:
+                            score.followed += 1
+                            score.extended += upstream.last[: len(before)] == before
+                        before = upstream.last
             upstream.answer = "ok"
             for j, question in enumerate(convo.questions):
                 copy = Path(tmp) / f"c{number}-q{j}.db"

@@ -21,7 +21,7 @@ real conversations decides whether a method generalises.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +139,59 @@ SMALL_TALK = [
     "I started a puzzle with two thousand pieces, it is a lot.",
     "My phone screen cracked when I dropped it on the stairs.",
 ]
+
+# Everyday chat of a wide vocabulary, for the variant whose small talk rarely repeats
+# itself: frames filled from word lists, so that everyday words (places, relatives,
+# pastimes) recur by chance across the conversation, as in real chats, instead of a
+# few sentences recurring whole.
+CHATTER_FRAMES = [
+    "I went to the {place} with my {person} {when}.",
+    "My {person} tried {pastime} {when} and loved it.",
+    "The {event} at the {place} was {adj}.",
+    "We might go {pastime} {when} if the weather holds.",
+    "Have you ever tried {pastime}?",
+    "My {person} finally fixed the {thing}, it took ages.",
+    "The {event} {when} was {adj}, I almost left early.",
+    "I keep meaning to clean the {thing} but never do.",
+    "My {person} wants to get a new {thing}.",
+    "There was a {event} at the {place} {when}, very {adj}.",
+    "I read an article about {pastime}, it sounded {adj}.",
+    "Our {thing} has been acting up {when}.",
+    "My {person} is obsessed with {pastime} these days.",
+    "The {place} near my {person}'s house is always {adj}.",
+]
+CHATTER_WORDS = {
+    "place": "park library gym office beach market cafe museum lake mall station garden bakery"
+    " cinema school stadium zoo harbour river hotel airport farm trail pool bookshop",
+    "person": "brother cousin neighbour boss coworker aunt uncle mum dad friend roommate"
+    " teacher sister nephew niece landlord dentist",
+    "pastime": "cooking cycling swimming baking yoga gardening fishing camping knitting running"
+    " dancing skating climbing chess photography reading sketching kayaking bowling surfing"
+    " tennis singing drawing sewing",
+    "event": "coffee cake movie concert lecture sale show game soup festival exhibit parade"
+    " meeting class party workshop dinner trip race quiz",
+    "adj": "great awful crowded quiet lovely boring fun strange cold expensive cheap noisy"
+    " relaxing long short",
+    "when": "yesterday|last week|on Sunday|this morning|recently|last month|last weekend"
+    "|tonight|on Friday|a few days ago|this week|lately",
+    "thing": "car dog cat bike phone laptop kitchen garden job house flat team boat guitar"
+    " camera jacket",
+}
+
+
+def chatter(seed: int, count: int = 4000) -> list[str]:
+    """`count` distinct everyday sentences from `CHATTER_FRAMES`, deterministic for `seed`."""
+    rng = random.Random(seed)
+    words = {
+        slot: listed.split("|") if "|" in listed else listed.split()
+        for slot, listed in CHATTER_WORDS.items()
+    }
+    said: set[str] = set()
+    while len(said) < count:
+        frame = rng.choice(CHATTER_FRAMES)
+        said.add(frame.format(**{slot: rng.choice(pool) for slot, pool in words.items()}))
+    return sorted(said)
+
 
 # Facts about other people, close in wording to the real ones: distractors.
 DISTRACTORS = [
@@ -265,10 +318,15 @@ class Conversation:
 
 
 def conversation(
-    seed: int, sessions: int = 25, turns: int = 24, interest: float = 0.5
+    seed: int,
+    sessions: int = 25,
+    turns: int = 24,
+    interest: float = 0.5,
+    small_talk: Sequence[str] = SMALL_TALK,
 ) -> Conversation:
     """Two people over `sessions` dated sessions of `turns` messages each, each bringing
-    up their running interest about `interest` times a session."""
+    up their running interest about `interest` times a session, and otherwise making
+    `small_talk`."""
     rng = random.Random(seed)
     a, b = PAIRS[seed % len(PAIRS)]
     facts = rng.sample(FACTS, k=min(len(FACTS), 10))
@@ -314,9 +372,9 @@ def conversation(
                 statement, question, answer, _ = planned[n]
                 # A third of the facts come inside a long run of lines, as chat apps send them.
                 before = 14 if rng.random() < 1 / 3 else 1
-                parts.extend(rng.choice(SMALL_TALK) for _ in range(before))
+                parts.extend(rng.choice(small_talk) for _ in range(before))
                 parts.append(statement)
-                parts.extend(rng.choice(SMALL_TALK) for _ in range(before - 1))
+                parts.extend(rng.choice(small_talk) for _ in range(before - 1))
                 questions.append(Question(question.format(name=speaker), [n], answer))
             elif n in asked:
                 parts.append(asked[n])
@@ -324,9 +382,9 @@ def conversation(
                 parts.append(distractors.pop())
             else:
                 parts.append(rng.choice(REPLIES) if rng.random() < 0.4 else "")
-                parts.append(rng.choice(SMALL_TALK))
+                parts.append(rng.choice(small_talk))
             if rng.random() < 0.9:  # a second sentence of small talk
-                parts.append(rng.choice(SMALL_TALK))
+                parts.append(rng.choice(small_talk))
             if n in mentions:
                 parts.append(mentions[n])
             if rng.random() < 0.08:
@@ -363,11 +421,13 @@ def nicknamed(convo: Conversation, seed: int) -> Conversation:
 
 # The development set's conversations (by seed, as `dev_set` numbers them) as other
 # replays and other people would have them: the speaker named in each message,
-# nicknames for the names the questions use, and interests brought up twice a
+# nicknames for the names the questions use, interests brought up twice a
 # session by each side, so that their words are in about a twelfth of the
-# messages, too common to single out a fact.
+# messages, too common to single out a fact, and small talk that rarely repeats
+# a sentence but shares its everyday words with much of the conversation.
 VARIANTS: dict[str, Callable[[int], Conversation]] = {
     "speakers named": lambda seed: labelled(conversation(seed), seed),
     "nicknames": lambda seed: nicknamed(conversation(seed), seed),
     "talkative": lambda seed: conversation(seed, interest=2),
+    "varied small talk": lambda seed: conversation(seed, small_talk=chatter(seed)),
 }

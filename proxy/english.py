@@ -1,4 +1,5 @@
-"""English words for recall: the words its query skips, the verb forms it joins, their stems.
+"""English words for recall: the words its query skips, the verb forms it joins, their stems,
+and the words a sentence that asks opens with.
 
 Recall searches an English conversation for the words of an English question.
 A question says "What did she see?" where the statement said "we saw a bear":
@@ -59,6 +60,23 @@ FRAMING = frozenset((
     "name", "kind", "type", "sort", "recent", "recently", "lately", "many", "much", "often",
     "usually", "ever", "still", "get", "got", "thing", "things", "remind", "remember",
     "mention", "mentioned",
+))
+# fmt: on
+
+# The words a sentence that asks opens with when its writer leaves out the "?" ("what
+# did I say about the garden", "remind me where we parked"): question words,
+# auxiliaries put first, and the requests to recall. The interjections before them
+# ("Oh wow, ...", "Please remind me ...") do not count as the opening.
+# fmt: off
+ASKING = frozenset((
+    "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "do", "does",
+    "did", "is", "are", "was", "were", "can", "could", "would", "will", "should", "shall",
+    "have", "has", "had", "remind", "recall", "remember", "tell", "repeat", "find",
+    "look", "search", "list", "show",
+))
+OPENING = frozenset((
+    "please", "so", "and", "but", "ok", "okay", "oh", "well", "hey", "hi", "now", "then",
+    "also", "just", "actually", "sorry", "quick", "question", "btw", "wait",
 ))
 # fmt: on
 

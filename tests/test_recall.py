@@ -7,6 +7,7 @@ through the app, lexical in process and embeddings through real servers.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -170,6 +171,41 @@ def test_a_fact_from_turn_5_comes_back_at_turn_200(
     # Common words alone ("plan", "walk", "coffee") are below the floor.
     r = send(user("Should I plan a pasta dinner after the walk and coffee?"))
     assert r.headers["x-context-recall"] == "0"
+
+
+def test_a_turn_that_asks_nothing_recalls_only_what_names_something_said_once_or_twice(
+    lexical: tuple[TestClient, MockUpstream],
+) -> None:
+    client, upstream = lexical
+    history: list[Any] = [system("You are a travel agent.")]
+    garden = "Weeding the community garden plot by the station again."
+    for i in range(1, 200):
+        said = PASSPORT if i == 5 else garden if i in (9, 13, 17, 21) else filler(i)
+        history += [user(said), {"role": "assistant", "content": f"Echo: {said}"}]
+
+    probes = itertools.count()
+
+    def turn(text: str) -> tuple[int, Any]:
+        """`text` as the next turn of the history, stored first (a conversation of its
+        own, so no probe finds another): the recall count, and the message before it."""
+        headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": f"p{next(probes)}"}
+        for said in (filler(200), text):
+            body = {"model": "tiny", "messages": [*history, user(said)]}
+            r = client.post(CHAT, json=body, headers=headers)
+            assert r.status_code == 200, r.text
+        return int(r.headers["x-context-recall"]), upstream.chat_requests()[-1]["messages"][-2]
+
+    # "community" and "garden" are in 8 of the 400 archived messages: specific for a
+    # question, everyday chat for a statement.
+    found, before = turn("The community garden is lovely.")
+    assert found == 0 and before["role"] == "assistant"
+    # Asked, with or without its "?", the same words bring the garden back.
+    for asked in ("What did I say about the community garden?", "what was that community garden"):
+        found, before = turn(asked)
+        assert found > 0 and garden in before["content"], asked
+    # A statement naming something said once brings it back.
+    found, before = turn("My passport is in the drawer.")
+    assert found > 0 and PASSPORT in before["content"]
 
 
 @pytest.mark.parametrize("method", ["lexical", "hybrid"])

@@ -50,6 +50,60 @@ def test_a_message_with_every_word_passes_when_one_is_specific(
     assert (everywhere in relevance.passing(holding, total)) == bool(specific)
 
 
+@given(POSTINGS, st.integers(40, 400))
+def test_a_turn_that_asks_nothing_passes_only_what_a_question_would_with_a_rarer_word(
+    postings: dict[str, frozenset[int]], total: int
+) -> None:
+    asked = relevance.passing(postings, total)
+    stated = relevance.passing(postings, total, asks=False)
+    assert set(stated) <= set(asked)
+    for i in stated:  # each holds a word said at most twice
+        assert any(
+            i in p and len(p) <= relevance.RARE_DOCS and not w.isdigit()
+            for w, p in postings.items()
+        )
+
+
+def test_a_statement_sharing_words_said_a_few_times_recalls_nothing() -> None:
+    # In 4 of 200 messages: specific for a question (under 5 %), everyday chat for a
+    # statement ("The garden near my aunt's house is lovely.").
+    few = frozenset({3, 40, 77, 120})
+    house = frozenset({3, *range(150, 180)})
+    postings = {"garden": few, "aunt": frozenset({3, 9, 50, 140}), "house": house}
+    assert relevance.passing(postings, 200) == [3]
+    assert relevance.passing(postings, 200, asks=False) == []
+    # Something said once ("Our beagle dug up the garden again.") comes back either way.
+    beagle = {"beagle": frozenset({64}), "garden": few}
+    assert relevance.passing(beagle, 200, asks=False) == relevance.passing(beagle, 200) == [64]
+    assert recall.asks("Where did my aunt move? Tell me.")
+    assert not recall.asks("The garden near my aunt's house is lovely. Oh wow, and yours.")
+    # People leave the "?" out: a sentence opening as a question or a request to recall asks.
+    assert recall.asks("what did I say about the garden")
+    assert recall.asks("Please remind me where we parked.")
+    assert recall.asks("I went to the zoo. So, did you go")
+    assert not recall.asks("My sister tried dancing this week and loved it.")
+
+
+SENTENCES = st.sampled_from(
+    [
+        "The garden is lovely.",
+        "what did I say about the garden.",
+        "Oh wow, and yours!",
+        "Please remind me where we parked.",
+        "Did you go?",
+        "My sister loved it!",
+        "Hey Evan!",
+        "So, is it open.",
+    ]
+)
+
+
+@given(st.lists(SENTENCES, max_size=5))
+def test_a_turn_asks_when_one_of_its_sentences_does(sentences: list[str]) -> None:
+    assert recall.asks(" ".join(sentences)) == any(recall.asks(s) for s in sentences)
+    assert recall.asks(" ".join([*sentences, "Where is it?"]))
+
+
 def test_only_everyday_words_or_a_bare_number_pass_nothing() -> None:
     everyday = frozenset(range(30))
     assert relevance.passing({"walk": everyday, "coffee": everyday}, 100) == []

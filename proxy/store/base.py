@@ -191,14 +191,20 @@ class Store(Protocol):
         ...
 
     async def search(
-        self, key: ConvKey, words: Sequence[str | tuple[str, ...]], *, limit: int
+        self,
+        key: ConvKey,
+        words: Sequence[str | tuple[str, ...]],
+        *,
+        limit: int,
+        asks: bool = True,
     ) -> list[SearchHit]:
         """Archived user, assistant and tool messages matching `words`, best first.
 
         A word may come with its other forms (`("see", "saw", "seen")`): any of
         them matches, and they count as one word. A word given capitalised is a
         name (matching ignores case): one the conversation never wrote does not
-        weigh against the hits.
+        weigh against the hits. `asks` is false for the words of a turn that
+        asks nothing, which the floor holds to rarer words.
 
         Only hits above the relevance floor of `proxy.store.search` count; the
         index catches up with the archive first, so the newest turn is searchable.

@@ -25,6 +25,13 @@ still a match. The floor asks more of a hit than a score:
   weight. A question that shares only the conversation's everyday words finds
   nothing, nor does one that shares only a number ("day 50" against "budget 50
   euros").
+- A turn that asks nothing (a statement, or an instruction other than to
+  recall: `proxy.recall.asks`) is searched as a question is, but only the
+  words said at most twice are specific. Chat turns share everyday words with much of what was
+  said before ("the garden near my aunt's house"); a recall block for each of
+  them costs tokens and the provider's prompt cache every turn, for quotes the
+  turn did not ask for. A statement that names something said once or twice
+  ("our beagle chewed my shoes again") still brings it back.
 """
 
 from __future__ import annotations
@@ -84,11 +91,15 @@ def idf(total: int, docs: int) -> float:
     return math.log(1 + (total - docs + 0.5) / (docs + 0.5))
 
 
-def passing(postings: Mapping[str, Set[int]], total: int) -> list[int]:
-    """The messages (by id) that pass the floor, for the question's counted words' postings."""
+def passing(postings: Mapping[str, Set[int]], total: int, *, asks: bool = True) -> list[int]:
+    """The messages (by id) that pass the floor, for the question's counted words' postings.
+
+    `asks` is false for a turn that asks nothing: then only words in at most
+    `RARE_DOCS` messages are specific.
+    """
     seen = {w: p for w, p in postings.items() if p}
     weights = {w: idf(total, len(p)) for w, p in seen.items()}
-    rare = max(RARE_DOCS, RARE_SHARE * total)
+    rare = max(RARE_DOCS, RARE_SHARE * total) if asks else RARE_DOCS
     # Bare numbers (days, amounts, counts) recur by coincidence: never specific alone.
     specific = {w for w, p in seen.items() if len(p) <= rare and not w.isdigit()}
     if not specific:

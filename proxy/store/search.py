@@ -134,13 +134,19 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
 
 
 def search(
-    db: sqlite3.Connection, conv: int, words: Sequence[str | tuple[str, ...]], limit: int
+    db: sqlite3.Connection,
+    conv: int,
+    words: Sequence[str | tuple[str, ...]],
+    limit: int,
+    *,
+    asks: bool = True,
 ) -> list[SearchHit]:
     """The best `limit` hits above the relevance floor, best first.
 
     A word given with its other forms matches by any of them; the floor counts
     them as one word, under the first. A capitalised word is a name, which the
-    floor weighs as `proxy.store.relevance` says.
+    floor weighs as `proxy.store.relevance` says, as it does words searched
+    for a turn that asks nothing (`asks` false).
     """
     forms = _grouped(words)
     wanted = list(forms)[:MAX_WORDS]
@@ -159,7 +165,7 @@ def search(
         if len(forms[w]) == 1 and len(p) >= relevance.ADDRESSED_ALL and _addressed(db, w, p)
     ]
     counted = {w: p for w, p in postings.items() if w not in names}
-    eligible = relevance.passing(counted, total)
+    eligible = relevance.passing(counted, total, asks=asks)
     if not eligible:
         return []
     wanted = [w for w in wanted if w not in names]
@@ -309,7 +315,11 @@ def nearest(
 
 
 def search_messages(
-    messages: Sequence[Message], words: Sequence[str | tuple[str, ...]], limit: int
+    messages: Sequence[Message],
+    words: Sequence[str | tuple[str, ...]],
+    limit: int,
+    *,
+    asks: bool = True,
 ) -> list[SearchHit]:
     """`search` over messages no store holds yet, as it would run once they are archived.
 
@@ -319,7 +329,7 @@ def search_messages(
     try:
         create(db)
         add(db, 1, [(seq, "", message) for seq, message in enumerate(messages)])
-        return search(db, 1, words, limit)
+        return search(db, 1, words, limit, asks=asks)
     except sqlite3.Error as exc:
         raise StoreError(f"search index: {exc}") from exc
     finally:
@@ -406,10 +416,15 @@ class Searchable:
         raise NotImplementedError
 
     async def search(
-        self, key: ConvKey, words: Sequence[str | tuple[str, ...]], *, limit: int
+        self,
+        key: ConvKey,
+        words: Sequence[str | tuple[str, ...]],
+        *,
+        limit: int,
+        asks: bool = True,
     ) -> list[SearchHit]:
         words = list(words)
-        return await self._indexed(key, lambda db, c: search(db, c, words, limit), [])
+        return await self._indexed(key, lambda db, c: search(db, c, words, limit, asks=asks), [])
 
     async def unembedded(self, key: ConvKey, model: str, *, limit: int) -> list[tuple[int, str]]:
         return await self._indexed(key, lambda db, c: unembedded(db, c, model, limit), [])

@@ -208,7 +208,8 @@ async def _ranked(
     unjudged: frozenset[int] = frozenset()
     searched_own = False
     if method != "embeddings":
-        lexical, searched_own = await _lexical(ctx, key, recall.terms(question), limit, own)
+        terms, asks = recall.terms(question), recall.asks(question)
+        lexical, searched_own = await _lexical(ctx, key, terms, limit, own, asks)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None or searched_own:
@@ -271,9 +272,11 @@ async def _lexical(
     terms: Sequence[str | tuple[str, ...]],
     limit: int,
     own: tuple[Sequence[Message], bool] | None,
+    asks: bool,
 ) -> tuple[list[SearchHit], bool]:
-    """The BM25 hits for `terms`, and whether they come from the turn's `own` history
-    (then the store's embeddings, numbered otherwise, cannot be fused with them).
+    """The BM25 hits for `terms` (of a turn that `asks` something or not), and whether
+    they come from the turn's `own` history (then the store's embeddings, numbered
+    otherwise, cannot be fused with them).
 
     That history is searched in place of the store when the turn continues a
     stored snapshot (it holds what the store archived of its chain; the store
@@ -283,21 +286,21 @@ async def _lexical(
     one that cannot be reached answers nothing.
     """
     if own is None:
-        return await ctx.store.search(key, terms, limit=limit), False
+        return await ctx.store.search(key, terms, limit=limit, asks=asks), False
     history, continues = own
     if not continues:
         try:
-            hits = await ctx.store.search(key, terms, limit=limit)
+            hits = await ctx.store.search(key, terms, limit=limit, asks=asks)
         except StoreError:
             ctx.metrics.store_errors.labels("search").inc()
             hits = []
         if hits:
             return hits, False
     try:
-        hits = await asyncio.to_thread(search_messages, history, terms, limit)
+        hits = await asyncio.to_thread(search_messages, history, terms, limit, asks=asks)
     except Exception as exc:  # recall is an extra: a failing index costs it, not the request
         log.warning("recall for %s: indexing its history failed (%s)", key.conversation, exc)
         hits = []
     if hits or not continues:
         return hits, bool(hits)
-    return await ctx.store.search(key, terms, limit=limit), False
+    return await ctx.store.search(key, terms, limit=limit, asks=asks), False
