@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 import unicodedata
 from collections import Counter, defaultdict
@@ -33,14 +34,20 @@ _ANY_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 def words(text: str) -> list[str]:
     """The question's searchable words, lower-cased, without stopwords, each once.
 
-    No stemming here: FTS5's porter tokenizer stems both sides.
+    The word right after "how" is the measure the question asks for ("How old is
+    ...", "how long", "how far"): it frames the question, and the answer gives a
+    number instead. No stemming here: FTS5's porter tokenizer stems both sides.
     """
-    found = (m.lower() for m in _ANY_WORD.findall(text))
+    found = [m.lower() for m in _ANY_WORD.findall(text)]
+    measures = {w for how, w in itertools.pairwise(found) if how == "how"}
     return list(
         dict.fromkeys(
             w
             for w in found
-            if (_WORD.fullmatch(w) or w in FORMS) and w not in STOPWORDS and w not in FRAMING
+            if (_WORD.fullmatch(w) or w in FORMS)
+            and w not in STOPWORDS
+            and w not in FRAMING
+            and w not in measures
         )
     )
 

@@ -130,6 +130,9 @@ def test_a_verb_is_searched_in_all_its_forms_and_short_ones_count() -> None:
         ("see", "saw", "seen"),
     ]
     assert recall.words("Is it ok to go?") == ["go"]  # two letters, but "went" is longer
+    # The measure a "how" question asks for is framing: the answer gives a number.
+    assert recall.words("How old is Carla's grandmother?") == ["carla", "grandmother"]
+    assert recall.words("How long was the old bridge?") == ["old", "bridge"]
 
 
 def test_a_name_is_a_word_written_capitalised_inside_a_sentence_and_never_lower() -> None:
