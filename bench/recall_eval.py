@@ -12,7 +12,10 @@ conversation a line, as `Conversation.as_json` writes it.
 
 Reported per configuration: questions with their evidence forwarded, evidence
 turns forwarded, tokens forwarded against the whole history, and false recalls
-(a recall block for a question nothing in the conversation answers).
+(a recall block for a question nothing in the conversation answers); for a
+replayed configuration also the replay's own requests that got a recall block,
+and those that extended the request before them as an exact prefix (what a
+provider's prompt cache needs).
 """
 
 from __future__ import annotations
@@ -160,9 +163,11 @@ def evaluate(
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                 before: list[dict[str, Any]] | None = None
                 for i, message in enumerate(convo.messages if replay else ()):
-                    if message["role"] == "assistant":
-                        upstream.answer = message["content"]
+                    if message["role"] == "assistant" and i:
+                        upstream.answer, upstream.last = message["content"], []
                         response = _send(client, convo.messages[:i], headers)
+                        if response.status_code != 200:
+                            raise RuntimeError(f"replay request {i}: {response.text}")
                         score.replayed += 1
                         score.fired += int(response.headers.get("x-context-recall", "0")) > 0
                         if before is not None:

@@ -1,5 +1,5 @@
 """English words for recall: the words its query skips, the verb forms it joins, their stems,
-and the words a sentence that asks opens with.
+and whether a turn asks something.
 
 Recall searches an English conversation for the words of an English question.
 A question says "What did she see?" where the statement said "we saw a bear":
@@ -18,9 +18,12 @@ quote) meet exactly where the search matched them: "promoted" and
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable
+
+from .store.relevance import SENTENCE
 
 # Function words (pronouns, auxiliaries, determiners, prepositions): they say nothing
 # about what a question is about. Words under three letters never count.
@@ -63,22 +66,84 @@ FRAMING = frozenset((
 ))
 # fmt: on
 
-# The words a sentence that asks opens with when its writer leaves out the "?" ("what
-# did I say about the garden", "remind me where we parked"): question words,
-# auxiliaries put first, and the requests to recall. The interjections before them
-# ("Oh wow, ...", "Please remind me ...") do not count as the opening.
+# Whether a turn asks something, when its writer leaves out the "?" ("what did I say
+# about the garden", "remind me where we parked", "I forgot what we decided"): a
+# sentence (or one of its first clauses) opening with a question word not followed
+# by a subject ("When I went ..." tells), an auxiliary followed by one ("Did you ...",
+# not "Had a great time"), or a request of something ("Tell me about the garden", not
+# "Tell me more"); or holding a word of recalling anywhere.
+# Interjections and a greeted name before the opening do not count.
 # fmt: off
-ASKING = frozenset((
-    "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "do", "does",
-    "did", "is", "are", "was", "were", "can", "could", "would", "will", "should", "shall",
-    "have", "has", "had", "remind", "recall", "remember", "tell", "repeat", "find",
-    "look", "search", "list", "show",
+_QUESTION_WORDS = frozenset((
+    "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "whats", "wheres",
+    "whos", "hows",
 ))
-OPENING = frozenset((
-    "please", "so", "and", "but", "ok", "okay", "oh", "well", "hey", "hi", "now", "then",
-    "also", "just", "actually", "sorry", "quick", "question", "btw", "wait",
+_TELLING = frozenset(("i", "we", "you", "he", "she", "they", "a", "an"))
+_AUXILIARIES = frozenset((
+    "do", "does", "did", "is", "are", "am", "was", "were", "can", "could", "would", "will",
+    "should", "shall", "have", "has", "had", "didn", "isn", "wasn", "don", "doesn", "aren",
+    "weren", "couldn", "wouldn", "shouldn", "won", "hasn", "haven", "hadn",
 ))
+_SUBJECTS = frozenset((
+    "i", "you", "he", "she", "it", "we", "they", "there", "this", "that", "these", "those",
+    "the", "my", "your", "his", "her", "our", "their", "anyone", "anybody", "someone",
+    "somebody", "everyone", "any",
+))
+_REQUESTS = frozenset((
+    "tell", "repeat", "find", "look", "search", "list", "show", "summarize", "summarise",
+))
+_RECALLING = frozenset((
+    "remind", "recall", "remember", "forgot", "forget", "forgotten", "wonder", "wondering",
+    "mention", "mentioned",
+))
+_INTERJECTIONS = frozenset((
+    "please", "so", "and", "but", "ok", "okay", "oh", "ooh", "ah", "uh", "um", "hmm", "wow",
+    "well", "yeah", "yes", "no", "lol", "haha", "right", "cool", "alright", "now", "then",
+    "also", "just", "actually", "sorry", "quick", "question", "btw", "wait", "hey", "hi",
+    "hello", "dear", "thanks", "thank",
+))
+_GREETINGS = frozenset(("hey", "hi", "hello", "dear", "thanks", "thank"))
 # fmt: on
+_LETTERS = re.compile(r"[^\W\d_]+")
+_CLAUSES = re.compile(r"[,;:]")
+
+
+def asks(text: str) -> bool:
+    """Whether a turn asks something: a sentence whose closing punctuation has a "?", or
+    one that reads as a question or a request to recall without it (see above)."""
+    for sentence in SENTENCE.finditer(text):
+        said = sentence.group().strip()
+        if "?" in said[len(said.rstrip(".!?")) :]:
+            return True
+        if any(w in _RECALLING for w in _LETTERS.findall(said.lower())):
+            return True
+        if any(_opens_asking(clause) for clause in _CLAUSES.split(said)[:3]):
+            return True
+    return False
+
+
+def _opens_asking(clause: str) -> bool:
+    # Single letters are what contractions leave ("didn't", "what's"), but "I" and "a".
+    words = [w for w in _LETTERS.findall(clause) if len(w) > 1 or w.lower() in ("i", "a")]
+    greeted = False
+    for at, word in enumerate(words):
+        lower = word.lower()
+        if lower in _INTERJECTIONS:
+            greeted = greeted or lower in _GREETINGS
+            continue
+        if greeted and word[:1].isupper():  # "Hey Evan what ...": the name is no opening
+            greeted = False
+            continue
+        after = words[at + 1].lower() if at + 1 < len(words) else ""
+        if lower in _QUESTION_WORDS:
+            return after not in _TELLING
+        if lower in _AUXILIARIES:
+            return after in _SUBJECTS
+        if lower in _REQUESTS:  # of something: "Tell me more" asks for nothing said
+            return any(len(w) > 2 and w.lower() not in STOPWORDS for w in words[at + 1 :])
+        return lower in _RECALLING
+    return False
+
 
 # Irregular verbs, base form first. A question asks with the base form ("did she
 # buy"); a statement tells with the past ("I bought"). Verbs whose forms are all

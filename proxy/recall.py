@@ -19,14 +19,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence, Set
 
 from .dialects import Dialect
-from .english import ASKING, FORMS, FRAMING, MANNER, OPENING, STOPWORDS, forms, porter
+from .english import FORMS, FRAMING, MANNER, STOPWORDS, forms, porter
 from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
 
 HEADER = "Earlier messages that may be relevant:"
 _WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
-_LETTERS = re.compile(r"[^\W\d_]+")
 # Also shorter: a verb of two letters has longer forms ("go", "went").
 _ANY_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -76,21 +75,6 @@ def _names(text: str) -> dict[str, str]:
         elif word[:1].isupper() and not word.isupper() and not opens:
             names.setdefault(word.lower(), word)
     return {w: name for w, name in names.items() if w not in common}
-
-
-def asks(text: str) -> bool:
-    """Whether a turn asks something: a sentence ending in "?", or opening (past its
-    interjections) with a question word, an auxiliary or a request to recall, as people
-    type questions without the "?". The relevance floor holds a turn that asks nothing to
-    rarer words (`proxy.store.relevance`)."""
-    for sentence in relevance.SENTENCE.finditer(text):
-        said = sentence.group().strip()
-        if said.endswith("?"):
-            return True
-        opening = next((w for w in _LETTERS.findall(said.lower()) if w not in OPENING), "")
-        if opening in ASKING:
-            return True
-    return False
 
 
 def stems(text: str) -> frozenset[str]:

@@ -185,27 +185,37 @@ def test_a_turn_that_asks_nothing_recalls_only_what_names_something_said_once_or
 
     probes = itertools.count()
 
-    def turn(text: str) -> tuple[int, Any]:
-        """`text` as the next turn of the history, stored first (a conversation of its
-        own, so no probe finds another): the recall count, and the message before it."""
+    def turn(text: str, *, met_whole: bool = False) -> tuple[int, Any]:
+        """`text` as the next turn, in a conversation of its own (no probe finds another):
+        the recall count, and the message forwarded before it. The history is stored by
+        a turn before, or (`met_whole`) arrives with `text`."""
         headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": f"p{next(probes)}"}
-        for said in (filler(200), text):
-            body = {"model": "tiny", "messages": [*history, user(said)]}
-            r = client.post(CHAT, json=body, headers=headers)
-            assert r.status_code == 200, r.text
+        sent = [*history]
+        if not met_whole:
+            sent.append(user(filler(200)))
+            r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+            sent.append(r.json()["choices"][0]["message"])
+        sent.append(user(text))
+        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+        assert r.status_code == 200, r.text
         return int(r.headers["x-context-recall"]), upstream.chat_requests()[-1]["messages"][-2]
 
-    # "community" and "garden" are in 8 of the 400 archived messages: specific for a
-    # question, everyday chat for a statement.
-    found, before = turn("The community garden is lovely.")
-    assert found == 0 and before["role"] == "assistant"
-    # Asked, with or without its "?", the same words bring the garden back.
-    for asked in ("What did I say about the community garden?", "what was that community garden"):
-        found, before = turn(asked)
-        assert found > 0 and garden in before["content"], asked
-    # A statement naming something said once brings it back.
-    found, before = turn("My passport is in the drawer.")
-    assert found > 0 and PASSPORT in before["content"]
+    for met_whole in (False, True):
+        # "community" and "garden" are in 8 of the 400 archived messages: specific for a
+        # question, everyday chat for a statement.
+        found, before = turn("The community garden is lovely.", met_whole=met_whole)
+        assert found == 0 and before["role"] == "assistant"
+        # Asked, with or without its "?", the same words bring the garden back.
+        for asked in (
+            "What did I say about the community garden?",
+            "what was that community garden",
+            "I forgot what I said about the community garden.",
+        ):
+            found, before = turn(asked, met_whole=met_whole)
+            assert found > 0 and garden in before["content"], asked
+        # A statement naming something said once brings it back.
+        found, before = turn("My passport is in the drawer.", met_whole=met_whole)
+        assert found > 0 and PASSPORT in before["content"]
 
 
 @pytest.mark.parametrize("method", ["lexical", "hybrid"])

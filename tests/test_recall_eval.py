@@ -84,8 +84,8 @@ def test_other_replays_nicknames_and_talkative_people_find_as_much(variant: str)
 def test_chat_in_everyday_words_gets_few_blocks_and_keeps_the_prefix_cache() -> None:
     # Small talk that rarely repeats a sentence shares its everyday words ("the garden
     # near my aunt's house") with much of the conversation. A turn that asks nothing
-    # recalls only what names something said at most twice: otherwise about half the
-    # replayed turns got a block, and half the requests no longer extended the last.
+    # recalls only what names something in at most two messages, so ordinary turns seldom
+    # get a block, and the requests keep extending the one before for the prompt cache.
     conversations = [VARIANTS["varied small talk"](seed) for seed in range(3)]
     window = evaluate(conversations, "window only, varied small talk", recall=False)
     recall = evaluate(conversations, "lexical recall, varied small talk")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -51,17 +52,18 @@ def test_a_message_with_every_word_passes_when_one_is_specific(
 
 
 @given(POSTINGS, st.integers(40, 400))
-def test_a_turn_that_asks_nothing_passes_only_what_a_question_would_with_a_rarer_word(
+def test_a_turn_that_asks_nothing_passes_what_a_question_would_that_holds_a_rarer_word(
     postings: dict[str, frozenset[int]], total: int
 ) -> None:
     asked = relevance.passing(postings, total)
     stated = relevance.passing(postings, total, asks=False)
-    assert set(stated) <= set(asked)
-    for i in stated:  # each holds a word said at most twice
-        assert any(
-            i in p and len(p) <= relevance.RARE_DOCS and not w.isdigit()
-            for w, p in postings.items()
-        )
+    rarer = {
+        i
+        for w, p in postings.items()
+        if len(p) <= relevance.RARE_DOCS and not w.isdigit()
+        for i in p
+    }
+    assert sorted(stated) == sorted(i for i in asked if i in rarer)
 
 
 def test_a_statement_sharing_words_said_a_few_times_recalls_nothing() -> None:
@@ -75,13 +77,49 @@ def test_a_statement_sharing_words_said_a_few_times_recalls_nothing() -> None:
     # Something said once ("Our beagle dug up the garden again.") comes back either way.
     beagle = {"beagle": frozenset({64}), "garden": few}
     assert relevance.passing(beagle, 200, asks=False) == relevance.passing(beagle, 200) == [64]
-    assert recall.asks("Where did my aunt move? Tell me.")
-    assert not recall.asks("The garden near my aunt's house is lovely. Oh wow, and yours.")
-    # People leave the "?" out: a sentence opening as a question or a request to recall asks.
-    assert recall.asks("what did I say about the garden")
-    assert recall.asks("Please remind me where we parked.")
-    assert recall.asks("I went to the zoo. So, did you go")
-    assert not recall.asks("My sister tried dancing this week and loved it.")
+
+
+ASKING = [
+    "Where did my aunt move? Tell me.",
+    "You did what?!",
+    # People leave the "?" out.
+    "what did I say about the garden",
+    "Please remind me where we parked.",
+    "I went to the zoo. So, did you go",
+    "Hey Evan, what did I say about the garden",
+    "Hey Evan what did I say about the garden",
+    "Oh wow, what did I say about it.",
+    "Hmm, whats the name of that cafe",
+    "I forgot what I said about the community garden.",
+    "I can't remember what I said about the garden.",
+    "Summarize what I said about the garden.",
+    "Oh, tell me about the garden again.",
+    "Didn't you say the garden opens at nine.",
+    "Is the museum open on Mondays.",
+    "Don't forget the garden keys.",
+]
+TELLING = [
+    "The garden near my aunt's house is lovely. Oh wow, and yours.",
+    "My sister tried dancing this week and loved it.",
+    "When I went to the park it rained.",
+    "What a day.",
+    "Had a great time at the zoo!",
+    "Was great seeing you.",
+    "Did some gardening today.",
+    "Will and I went hiking.",
+    "Oh wow, tell me more.",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", ASKING)
+def test_a_turn_asks_with_or_without_its_question_mark(text: str) -> None:
+    assert english.asks(text)
+
+
+@pytest.mark.parametrize("text", TELLING)
+def test_a_turn_that_tells_asks_nothing(text: str) -> None:
+    assert not english.asks(text)
 
 
 SENTENCES = st.sampled_from(
@@ -100,8 +138,8 @@ SENTENCES = st.sampled_from(
 
 @given(st.lists(SENTENCES, max_size=5))
 def test_a_turn_asks_when_one_of_its_sentences_does(sentences: list[str]) -> None:
-    assert recall.asks(" ".join(sentences)) == any(recall.asks(s) for s in sentences)
-    assert recall.asks(" ".join([*sentences, "Where is it?"]))
+    assert english.asks(" ".join(sentences)) == any(english.asks(s) for s in sentences)
+    assert english.asks(" ".join([*sentences, "Where is it?"]))
 
 
 def test_only_everyday_words_or_a_bare_number_pass_nothing() -> None:

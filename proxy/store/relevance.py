@@ -25,13 +25,14 @@ still a match. The floor asks more of a hit than a score:
   weight. A question that shares only the conversation's everyday words finds
   nothing, nor does one that shares only a number ("day 50" against "budget 50
   euros").
-- A turn that asks nothing (a statement, or an instruction other than to
-  recall: `proxy.recall.asks`) is searched as a question is, but only the
-  words said at most twice are specific. Chat turns share everyday words with much of what was
-  said before ("the garden near my aunt's house"); a recall block for each of
-  them costs tokens and the provider's prompt cache every turn, for quotes the
-  turn did not ask for. A statement that names something said once or twice
-  ("our beagle chewed my shoes again") still brings it back.
+- A turn that asks nothing (a statement, or a request that reads as neither
+  a question nor one to recall: `proxy.english.asks`) is searched as a
+  question is, but only the words in at most 2 messages are specific. Chat
+  turns share everyday words with much of what was said before ("the garden
+  near my aunt's house"); a recall block for each of them costs tokens and
+  the provider's prompt cache every turn, for quotes the turn did not ask
+  for. A statement that names something said once ("our beagle chewed my
+  shoes again") still brings it back.
 """
 
 from __future__ import annotations

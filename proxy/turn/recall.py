@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import recall
+from .. import english, recall
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
 from ..messages import Message, digest, role, text_of
@@ -208,7 +208,7 @@ async def _ranked(
     unjudged: frozenset[int] = frozenset()
     searched_own = False
     if method != "embeddings":
-        terms, asks = recall.terms(question), recall.asks(question)
+        terms, asks = recall.terms(question), english.asks(question)
         lexical, searched_own = await _lexical(ctx, key, terms, limit, own, asks)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
