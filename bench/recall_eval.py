@@ -37,11 +37,11 @@ import httpx
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.english import SENTENCE
 from proxy.mock import PROSE
 from proxy.mock.chat import summary_of
 from proxy.mock.embeddings import embedding_of
 from proxy.settings import Settings
-from proxy.store.relevance import SENTENCE
 from proxy.tokens import offline_counter
 
 from .recall_set import VARIANTS, Conversation, Question, dev_set

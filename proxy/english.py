@@ -23,8 +23,6 @@ import sqlite3
 import threading
 from collections.abc import Iterable
 
-from .store.relevance import SENTENCE
-
 # Function words (pronouns, auxiliaries, determiners, prepositions): they say nothing
 # about what a question is about. Words under three letters never count.
 # fmt: off
@@ -66,35 +64,41 @@ FRAMING = frozenset((
 ))
 # fmt: on
 
+# A sentence, or a line: what recall quotes and judges a message by.
+SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
+
 # Whether a turn asks something, when its writer leaves out the "?" ("what did I say
-# about the garden", "remind me where we parked", "I forgot what we decided"): a
-# sentence (or one of its first clauses) opening with a question word not followed
-# by a subject ("When I went ..." tells), an auxiliary followed by one ("Did you ...",
-# not "Had a great time"), or a request of something ("Tell me about the garden", not
-# "Tell me more"); or holding a word of recalling anywhere.
-# Interjections and a greeted name before the opening do not count.
+# about the garden", "remind me where we parked", "I forgot what we decided"): one of
+# a sentence's first clauses opens (past interjections, and a capitalised name after
+# a greeting) with a question word not followed by a subject or an article ("When I
+# went ..." and "What a day" tell), an auxiliary not followed by a word that leaves
+# out its subject ("Did you ...", "Is Melanie ...", not "Had a great time"), or a
+# request of something ("Tell me about the garden", not "Tell me more"); or the
+# sentence holds a word of recalling anywhere. Reading a statement as asking only
+# keeps the question's floor for it.
 # fmt: off
 _QUESTION_WORDS = frozenset((
     "what", "when", "where", "who", "whom", "whose", "which", "why", "how", "whats", "wheres",
     "whos", "hows",
 ))
-_TELLING = frozenset(("i", "we", "you", "he", "she", "they", "a", "an"))
+_TELLING = frozenset(("i", "we", "you", "u", "he", "she", "they", "a", "an"))
 _AUXILIARIES = frozenset((
     "do", "does", "did", "is", "are", "am", "was", "were", "can", "could", "would", "will",
     "should", "shall", "have", "has", "had", "didn", "isn", "wasn", "don", "doesn", "aren",
     "weren", "couldn", "wouldn", "shouldn", "won", "hasn", "haven", "hadn",
 ))
-_SUBJECTS = frozenset((
-    "i", "you", "he", "she", "it", "we", "they", "there", "this", "that", "these", "those",
-    "the", "my", "your", "his", "her", "our", "their", "anyone", "anybody", "someone",
-    "somebody", "everyone", "any",
+# After an auxiliary, the words of a statement that leaves out its subject ("Had a
+# great time", "Did some gardening", "Was great seeing you", "Will and I went").
+_ELLIPTICAL = frozenset((
+    "a", "an", "some", "been", "be", "not", "and", "great", "fun", "good", "nice", "lovely",
+    "so", "such", "just", "no", "never", "to", "too", "also", "really", "quite", "lots",
 ))
 _REQUESTS = frozenset((
     "tell", "repeat", "find", "look", "search", "list", "show", "summarize", "summarise",
 ))
 _RECALLING = frozenset((
-    "remind", "recall", "remember", "forgot", "forget", "forgotten", "wonder", "wondering",
-    "mention", "mentioned",
+    "remind", "reminded", "recall", "recalled", "remember", "remembered", "forgot", "forget",
+    "forgotten", "wonder", "wondering", "mention", "mentioned",
 ))
 _INTERJECTIONS = frozenset((
     "please", "so", "and", "but", "ok", "okay", "oh", "ooh", "ah", "uh", "um", "hmm", "wow",
@@ -106,15 +110,23 @@ _GREETINGS = frozenset(("hey", "hi", "hello", "dear", "thanks", "thank"))
 # fmt: on
 _LETTERS = re.compile(r"[^\W\d_]+")
 _CLAUSES = re.compile(r"[,;:]")
+# "What'd I say": the question word's "did", which the subject after it would hide.
+_DID = re.compile(r"(?i)\b(what|where|when|who|why|how)['\u2019]d\b")
+_OPENERS = _QUESTION_WORDS | _AUXILIARIES | _REQUESTS | _RECALLING
+# How much of a long turn (a pasted document, a tool's output) is read for its asking:
+# its opening and its end, where the request around such a text is.
+ASKS_READ = 4000
 
 
 def asks(text: str) -> bool:
-    """Whether a turn asks something: a sentence whose closing punctuation has a "?", or
-    one that reads as a question or a request to recall without it (see above)."""
+    """Whether a turn asks something: it has a "?" (`SENTENCE` ends a sentence at one),
+    or a sentence of it reads as a question or a request to recall without it."""
+    if "?" in text:
+        return True
+    if len(text) > 2 * ASKS_READ:
+        text = f"{text[:ASKS_READ]}\n{text[-ASKS_READ:]}"
     for sentence in SENTENCE.finditer(text):
-        said = sentence.group().strip()
-        if "?" in said[len(said.rstrip(".!?")) :]:
-            return True
+        said = _DID.sub(r"\1 did", sentence.group())
         if any(w in _RECALLING for w in _LETTERS.findall(said.lower())):
             return True
         if any(_opens_asking(clause) for clause in _CLAUSES.split(said)[:3]):
@@ -123,22 +135,23 @@ def asks(text: str) -> bool:
 
 
 def _opens_asking(clause: str) -> bool:
-    # Single letters are what contractions leave ("didn't", "what's"), but "I" and "a".
-    words = [w for w in _LETTERS.findall(clause) if len(w) > 1 or w.lower() in ("i", "a")]
+    # Single letters are what contractions leave ("didn't", "what's"), but "I", "a", "u".
+    words = [w for w in _LETTERS.findall(clause) if len(w) > 1 or w.lower() in "iau"]
     greeted = False
     for at, word in enumerate(words):
         lower = word.lower()
         if lower in _INTERJECTIONS:
             greeted = greeted or lower in _GREETINGS
             continue
-        if greeted and word[:1].isupper():  # "Hey Evan what ...": the name is no opening
+        # "Hey Evan what ...": the name is no opening ("Hey Tell me ..." is one).
+        if greeted and word[:1].isupper() and lower not in _OPENERS:
             greeted = False
             continue
         after = words[at + 1].lower() if at + 1 < len(words) else ""
         if lower in _QUESTION_WORDS:
             return after not in _TELLING
         if lower in _AUXILIARIES:
-            return after in _SUBJECTS
+            return bool(after) and after not in _ELLIPTICAL
         if lower in _REQUESTS:  # of something: "Tell me more" asks for nothing said
             return any(len(w) > 2 and w.lower() not in STOPWORDS for w in words[at + 1 :])
         return lower in _RECALLING

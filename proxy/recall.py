@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence, Set
 
 from .dialects import Dialect
-from .english import FORMS, FRAMING, MANNER, STOPWORDS, forms, porter
+from .english import FORMS, FRAMING, MANNER, SENTENCE, STOPWORDS, forms, porter
 from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
@@ -186,7 +186,7 @@ def detailed(hits: Sequence[SearchHit], question: str) -> list[SearchHit]:
 
 def _about(text: str, wanted: frozenset[str]) -> frozenset[str]:
     """The stems of `text`'s sentences that hold one of the `wanted` stems."""
-    held = (stems(m.group()) for m in relevance.SENTENCE.finditer(text))
+    held = (stems(m.group()) for m in SENTENCE.finditer(text))
     return frozenset().union(*(words for words in held if words & wanted))
 
 
@@ -317,7 +317,7 @@ def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
     """
     if len(text) <= max_chars:
         return text
-    spans = [m.span() for m in relevance.SENTENCE.finditer(text) if m.group().strip()]
+    spans = [m.span() for m in SENTENCE.finditer(text) if m.group().strip()]
     scores = [len(stems(text[a:b]) & wanted) for a, b in spans]
     best = max(range(len(spans)), key=lambda i: (scores[i], -i), default=0)
     if not spans or not scores[best]:

@@ -96,7 +96,14 @@ ASKING = [
     "Oh, tell me about the garden again.",
     "Didn't you say the garden opens at nine.",
     "Is the museum open on Mondays.",
-    "Don't forget the garden keys.",
+    "Did Evan say where we parked",
+    "Is Melanie coming to the garden party",
+    "What'd I say about the garden",
+    "Where'd we park the car",
+    "could u find the garden message",
+    "Hey Tell me about the garden",
+    "I remembered something about the garden, when was it.",
+    "The cafe we picked.\nWhere was it",
 ]
 TELLING = [
     "The garden near my aunt's house is lovely. Oh wow, and yours.",
@@ -122,7 +129,7 @@ def test_a_turn_that_tells_asks_nothing(text: str) -> None:
     assert not english.asks(text)
 
 
-SENTENCES = st.sampled_from(
+SAID = st.sampled_from(
     [
         "The garden is lovely.",
         "what did I say about the garden.",
@@ -136,10 +143,16 @@ SENTENCES = st.sampled_from(
 )
 
 
-@given(st.lists(SENTENCES, max_size=5))
-def test_a_turn_asks_when_one_of_its_sentences_does(sentences: list[str]) -> None:
-    assert english.asks(" ".join(sentences)) == any(english.asks(s) for s in sentences)
-    assert english.asks(" ".join([*sentences, "Where is it?"]))
+@given(st.lists(SAID, max_size=5), st.sampled_from([" ", "\n"]))
+def test_a_turn_asks_when_one_of_its_sentences_does(sentences: list[str], gap: str) -> None:
+    assert english.asks(gap.join(sentences)) == any(english.asks(s) for s in sentences)
+
+
+def test_a_long_turn_is_read_for_its_asking_at_its_opening_and_its_end() -> None:
+    document = "The quarterly figures were flat. " * 2000
+    assert english.asks(f"Summarize what I said about the garden.\n{document}")
+    assert english.asks(f"{document}\nwhat did I say about the garden")
+    assert not english.asks(document)
 
 
 def test_only_everyday_words_or_a_bare_number_pass_nothing() -> None:

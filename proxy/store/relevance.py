@@ -42,6 +42,8 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Set
 
+from ..english import SENTENCE
+
 MATCHED_SHARE, UNSEEN_SHARE = 0.5, 0.5
 RARE_DOCS, RARE_SHARE = 2, 0.05
 # A word is a name the sides call each other by when at least this share of the
@@ -76,10 +78,6 @@ def addressed(word: str, texts: Iterable[str]) -> bool:
     if used == len(sample):
         return used >= ADDRESSED_ALL
     return used >= max(ADDRESSED_MIN, ADDRESSED_SHARE * len(sample))
-
-
-# A sentence or a line: text up to its closing punctuation, a line break or the end.
-SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
 
 
 def questions(text: str) -> list[str]:
