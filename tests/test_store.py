@@ -695,9 +695,9 @@ SAID = st.lists(
 ASKED = st.lists(st.sampled_from(["Evan", "walk", "passport", "expires", "see", "bear", "new"]))
 
 
-@given(st.lists(SAID, min_size=1, max_size=30), ASKED, st.integers(1, 10))
+@given(st.lists(SAID, min_size=1, max_size=30), ASKED, st.integers(1, 10), st.booleans())
 def test_messages_no_store_holds_are_searched_as_their_archive_will_be(
-    said: list[str], words: list[str], limit: int
+    said: list[str], words: list[str], limit: int, asks: bool
 ) -> None:
     messages = [system(), *(user(t) if i % 2 else assistant(t) for i, t in enumerate(said))]
     commit = turn(ALICE, messages)
@@ -706,11 +706,11 @@ def test_messages_no_store_holds_are_searched_as_their_archive_will_be(
         store = MemoryStore(ttl_s=TTL)
         try:
             await store.commit(commit)
-            return await store.search(ALICE, words, limit=limit)
+            return await store.search(ALICE, words, limit=limit, asks=asks)
         finally:
             await store.close()
 
-    assert search_messages(commit.working, words, limit) == asyncio.run(archived())
+    assert search_messages(commit.working, words, limit, asks=asks) == asyncio.run(archived())
 
 
 def chat_between_friends() -> list[Message]:
