@@ -419,15 +419,31 @@ def nicknamed(convo: Conversation, seed: int) -> Conversation:
     return Conversation(messages, convo.questions)
 
 
+def one_role(convo: Conversation, seed: int) -> Conversation:
+    """`convo` (of `seed`) as a replay that sends each turn of both people as a user
+    message naming its speaker, the assistant acknowledging each with "ok"."""
+    messages: list[dict[str, str]] = []
+    for m in labelled(convo, seed).messages:
+        messages += [
+            {"role": "user", "content": m["content"]},
+            {"role": "assistant", "content": "ok"},
+        ]
+    # Message i is now at 2 i.
+    questions = [Question(q.text, [2 * i for i in q.evidence], q.answer) for q in convo.questions]
+    return Conversation(messages, questions)
+
+
 # The development set's conversations (by seed, as `dev_set` numbers them) as other
 # replays and other people would have them: the speaker named in each message,
 # nicknames for the names the questions use, interests brought up twice a
 # session by each side, so that their words are in about a twelfth of the
-# messages, too common to single out a fact, and small talk that rarely repeats
-# a sentence but shares its everyday words with much of the conversation.
+# messages, too common to single out a fact, small talk that rarely repeats a
+# sentence but shares its everyday words with much of the conversation, and both
+# people's turns sent as user messages, each acknowledged by the assistant.
 VARIANTS: dict[str, Callable[[int], Conversation]] = {
     "speakers named": lambda seed: labelled(conversation(seed), seed),
     "nicknames": lambda seed: nicknamed(conversation(seed), seed),
     "talkative": lambda seed: conversation(seed, interest=2),
     "varied small talk": lambda seed: conversation(seed, small_talk=chatter(seed)),
+    "one role": lambda seed: one_role(conversation(seed), seed),
 }

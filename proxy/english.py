@@ -107,6 +107,14 @@ _INTERJECTIONS = frozenset((
     "hello", "dear", "thanks", "thank",
 ))
 _GREETINGS = frozenset(("hey", "hi", "hello", "dear", "thanks", "thank"))
+# With the interjections, what a message that only acknowledges says ("Ok.", "Got it,
+# thanks!", "Sure, go on."): nothing a question could be answered by.
+_ACKNOWLEDGING = frozenset((
+    "got", "it", "sure", "noted", "understood", "great", "good", "nice", "fine", "see", "gotcha",
+    "mhm", "mm", "kk", "go", "on", "continue", "perfect", "awesome", "thx", "ty", "np", "sounds",
+    "makes", "sense", "i", "you", "a", "will", "do", "true", "indeed", "agreed", "exactly",
+    "interesting", "hmm", "mmm", "lovely",
+))
 # fmt: on
 _LETTERS = re.compile(r"[^\W\d_]+")
 _CLAUSES = re.compile(r"[,;:]")
@@ -116,6 +124,9 @@ _OPENERS = _QUESTION_WORDS | _AUXILIARIES | _REQUESTS | _RECALLING
 # How much of a long turn (a pasted document, a tool's output) is read for its asking:
 # its opening and its end, where the request around such a text is.
 ASKS_READ = 4000
+# An acknowledgement is a few words: a longer message of them ("Ok ok, yes, fine, sure, I
+# see, go on ...") is rare enough to read as saying something.
+ACKNOWLEDGED = 8
 
 
 def asks(text: str) -> bool:
@@ -132,6 +143,15 @@ def asks(text: str) -> bool:
         if any(_opens_asking(clause) for clause in _CLAUSES.split(said)[:3]):
             return True
     return False
+
+
+def acknowledges(text: str) -> bool:
+    """Whether a message says nothing but an acknowledgement ("ok", "Got it, thanks!"),
+    or nothing at all."""
+    words = _LETTERS.findall(text.lower())
+    return len(words) <= ACKNOWLEDGED and all(
+        w in _INTERJECTIONS or w in _ACKNOWLEDGING for w in words
+    )
 
 
 def _opens_asking(clause: str) -> bool:

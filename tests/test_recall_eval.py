@@ -69,12 +69,14 @@ def test_a_conversation_met_with_its_whole_history_recalls_from_that_history() -
     assert met.false_recalls <= 2, met.line()
 
 
-@pytest.mark.parametrize("variant", ["nicknames", "speakers named", "talkative"])
+@pytest.mark.parametrize("variant", ["nicknames", "speakers named", "talkative", "one role"])
 def test_other_replays_nicknames_and_talkative_people_find_as_much(variant: str) -> None:
     # "Evan: ..." in every message: the name is no longer only in greetings, and the
     # quoted sentence must still be the one with the fact, not the labelled first one.
     # "Hey Ev!": the name the questions use is one the conversation never wrote.
     # Talkative: an interest's own word is in too many messages to single out its fact.
+    # One role: both people's turns sent as user messages, "ok" between, so the answer
+    # to an asking hit is the next user message.
     conversations = [VARIANTS[variant](seed) for seed in range(3)]
     recall = evaluate(conversations, f"lexical recall, {variant}")
     assert recall.found_share >= 0.65, recall.line()

@@ -129,6 +129,25 @@ def test_a_turn_that_tells_asks_nothing(text: str) -> None:
     assert not english.asks(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "acknowledges"),
+    [
+        ("ok", True),
+        ("Ok.", True),
+        ("Got it, thanks!", True),
+        ("Sure, go on.", True),
+        ("", True),
+        ("Ok, a Prius.", False),
+        ("No, I traded it in.", False),
+        ("Yes.", True),
+        ("Yes, in March.", False),
+        ("ok " * 9, False),  # a run of them is no longer a nod
+    ],
+)
+def test_a_message_acknowledges_when_it_says_nothing_else(text: str, acknowledges: bool) -> None:
+    assert english.acknowledges(text) == acknowledges
+
+
 SAID = st.sampled_from(
     [
         "The garden is lovely.",

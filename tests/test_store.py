@@ -774,6 +774,39 @@ async def test_a_hit_that_asks_carries_what_answered_it(store: Store) -> None:
     assert answer.replies == ()
 
 
+@pytest.mark.parametrize("between", ["Ok.", "Got it, thanks!", None])
+@pytest.mark.asyncio
+async def test_a_conversation_sent_as_user_messages_carries_the_next_one_as_the_reply(
+    store: Store, between: str | None
+) -> None:
+    # Both friends' turns sent as user messages naming the speaker, the assistant
+    # acknowledging each one (or not answering at all): the answer is the next user message.
+    said = [m for m in chat_between_friends() if m["role"] != "system"]
+    messages: list[Message] = [system()]
+    for m in said:
+        speaker = "Maya" if m["role"] == "user" else "Evan"
+        messages.append(user(f"{speaker}: {m['content']}"))
+        if between is not None:
+            messages.append(assistant(between))
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["driving"], limit=5)
+    assert hit.text == "Maya: Are you still driving that old car, Evan?"
+    reply = "Evan: No, I traded it in for a silver Prius last weekend."
+    assert [(r.role, r.text) for r in hit.replies] == [("user", reply)]
+
+
+@pytest.mark.asyncio
+async def test_an_answer_that_says_something_ends_the_reply_at_the_asking_role(
+    store: Store,
+) -> None:
+    # "Yes, a Prius." answers: the user's next message is theirs, not a reply.
+    messages = chat_between_friends()
+    messages[10] = assistant("Yes, a Prius.")
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["driving"], limit=5)
+    assert [r.text for r in hit.replies] == ["Yes, a Prius."]
+
+
 @pytest.mark.asyncio
 async def test_an_answer_the_client_replaced_comes_along_with_its_replacement(
     store: Store,

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 import orjson
 
+from proxy import english
 from proxy.messages import Message, role, text_of
 from proxy.store import relevance
 from proxy.store.base import ArchivedMessage, ConvKey, SearchHit, StoreError
@@ -188,8 +189,12 @@ def _replies(
 ) -> tuple[SearchHit, ...]:
     """What followed a hit that asks something, up to the next message of its role.
 
-    Only the best `REPLIED` hits are looked up. A conversation's rows are
-    indexed in order, so the next row ids of its tag are what came next.
+    When what came between only acknowledges (or nothing came between), the
+    next message is the reply though it has the hit's role: a conversation
+    sent as one role's messages (each speaker's turn a user message, the
+    other role answering "ok", or nothing). Only the best `REPLIED` hits are
+    looked up. A conversation's rows are indexed in order, so the next row
+    ids of its tag are what came next.
     """
     asker, text = hit
     if rank >= REPLIED or not relevance.questions(text):
@@ -197,9 +202,11 @@ def _replies(
     rows = db.execute(
         "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
         " AND rowid > ? ORDER BY rowid LIMIT ?",
-        (tag, rowid, MAX_REPLIES),
-    )
-    replies = itertools.takewhile(lambda row: row[2] != asker, rows)
+        (tag, rowid, MAX_REPLIES + 1),
+    ).fetchall()
+    replies = list(itertools.takewhile(lambda row: row[2] != asker, rows[:MAX_REPLIES]))
+    if len(replies) < len(rows) and all(english.acknowledges(row[3]) for row in replies):
+        replies = [rows[len(replies)]]
     return tuple(SearchHit(int(s), int(t), str(r), str(b), 0.0) for s, t, r, b in replies)
 
 
