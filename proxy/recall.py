@@ -168,9 +168,11 @@ def detailed(hits: Sequence[SearchHit], question: str) -> list[SearchHit]:
     what a question about something no message names needs. Only the
     sentences on the subject count: a message also says other things (small
     talk around a mention has rare words too). Hits matching other words keep
-    their places.
+    their places. A name in the question says whose subject it is, not what
+    it is: a sentence naming the person ("Omar: ...", "Hey Omar!") is not on
+    the subject.
     """
-    wanted = stems(question)
+    wanted = stems(question) - frozenset(porter(_names(question)))
     said = [_about(h.text, wanted) for h in hits]
     holding = Counter(word for words in said for word in words)
     rarest = [min((holding[w] for w in words), default=len(hits)) for words in said]

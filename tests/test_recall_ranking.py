@@ -374,21 +374,41 @@ def test_hits_matching_the_same_words_are_reordered_by_the_detail_they_hold() ->
     assert recall.detailed([], question) == []
 
 
+def test_a_sentence_naming_the_person_asked_about_is_not_on_the_subject() -> None:
+    # Each message labelled with its speaker, the name the question asks with is in all
+    # of Omar's: his label's sentence of small talk ("octopuses", "garage") would count as
+    # saying something new about the shelter, ahead of the coordinator.
+    question = "What role does Omar have at the shelter?"
+    ranked = [
+        hit(1, "Omar: I watched a film about octopuses. The shelter is short of volunteers."),
+        hit(2, "Omar: I cleaned out the garage. The shelter is short of volunteers."),
+        hit(3, "Omar: Anything fun? At the shelter they made me coordinator."),
+        hit(4, "Omar: Nice. The shelter is short of volunteers."),
+    ]
+    assert recall.detailed(ranked, question)[0].seq == 3
+    # The same without labels: the name was never what ordered them.
+    unlabelled = [hit(h.seq, h.text.removeprefix("Omar: ")) for h in ranked]
+    assert recall.detailed(unlabelled, question)[0].seq == 3
+
+
 TEXTS_SAID = st.lists(
-    st.sampled_from(["shelter", "role", "saturday", "quiet", "coordinator", "dogs", "the"]),
+    st.sampled_from(["shelter", "role", "saturday", "quiet", "coordinator", "dogs", "the", "Omar"]),
     max_size=5,
 ).map(" ".join)
 
 
-@given(st.lists(TEXTS_SAID, max_size=12))
+@given(
+    st.lists(TEXTS_SAID, max_size=12),
+    st.sampled_from(["What role do I have at the shelter?", "What role does Omar have there?"]),
+)
 def test_detail_reorders_hits_only_among_the_places_of_those_matching_the_same_words(
-    texts: list[str],
+    texts: list[str], question: str
 ) -> None:
-    question = "What role do I have at the shelter?"
     hits = [hit(i, text) for i, text in enumerate(texts)]  # one sentence each
     ordered = recall.detailed(hits, question)
     assert sorted(h.seq for h in ordered) == list(range(len(hits)))
-    wanted = recall.stems(question)
+    # The question's words, less the name it asks about: whose, not what.
+    wanted = recall.stems(question) - {"omar"}
     # A hit's words that count: its sentence's, if it speaks of the question's words.
     said = {
         h.seq: recall.stems(h.text) if recall.stems(h.text) & wanted else frozenset() for h in hits
