@@ -433,17 +433,33 @@ def one_role(convo: Conversation, seed: int) -> Conversation:
     return Conversation(messages, questions)
 
 
+def one_message_a_session(convo: Conversation, seed: int, turns: int = 24) -> Conversation:
+    """`convo` (of `seed`, in sessions of `turns` messages) as a replay that sends each
+    session as one user message of its lines ("Evan: ..."), acknowledged with "ok"."""
+    lines = labelled(convo, seed).messages
+    messages: list[dict[str, str]] = []
+    at: dict[int, int] = {}
+    for start in range(0, len(lines), turns):
+        at.update((i, len(messages)) for i in range(start, min(start + turns, len(lines))))
+        session = "\n".join(m["content"] for m in lines[start : start + turns])
+        messages += [{"role": "user", "content": session}, {"role": "assistant", "content": "ok"}]
+    questions = [Question(q.text, [at[i] for i in q.evidence], q.answer) for q in convo.questions]
+    return Conversation(messages, questions)
+
+
 # The development set's conversations (by seed, as `dev_set` numbers them) as other
 # replays and other people would have them: the speaker named in each message,
 # nicknames for the names the questions use, interests brought up twice a
 # session by each side, so that their words are in about a twelfth of the
 # messages, too common to single out a fact, small talk that rarely repeats a
-# sentence but shares its everyday words with much of the conversation, and both
-# people's turns sent as user messages, each acknowledged by the assistant.
+# sentence but shares its everyday words with much of the conversation, both
+# people's turns sent as user messages, each acknowledged by the assistant, and
+# each session sent as one message of its lines.
 VARIANTS: dict[str, Callable[[int], Conversation]] = {
     "speakers named": lambda seed: labelled(conversation(seed), seed),
     "nicknames": lambda seed: nicknamed(conversation(seed), seed),
     "talkative": lambda seed: conversation(seed, interest=2),
     "varied small talk": lambda seed: conversation(seed, small_talk=chatter(seed)),
     "one role": lambda seed: one_role(conversation(seed), seed),
+    "a message a session": lambda seed: one_message_a_session(conversation(seed), seed),
 }

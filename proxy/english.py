@@ -18,6 +18,7 @@ quote) meet exactly where the search matched them: "promoted" and
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import sqlite3
 import threading
@@ -66,6 +67,30 @@ FRAMING = frozenset((
 
 # A sentence, or a line: what recall quotes and judges a message by.
 SENTENCE = re.compile(r"[^\n.!?]*(?:[.!?]+|\n|$)")
+
+# About the length of a chat turn of a few sentences: a longer message (a run of lines,
+# a whole exchange pasted as one message, a tool's output) is searched by passages
+# of about this many characters, so that a fact said in one line of it is found and
+# weighed as a turn saying it would be.
+PASSAGE = 400
+
+
+def passages(text: str) -> list[str]:
+    """`text` cut between sentences (or lines) into runs of about `PASSAGE` characters.
+
+    The runs are exact slices: joined, they are `text`. A sentence longer than
+    `PASSAGE` is a run of its own, uncut.
+    """
+    if len(text) <= PASSAGE:
+        return [text]
+    cuts = [0]
+    end = 0
+    for m in SENTENCE.finditer(text):
+        if m.end() - cuts[-1] > PASSAGE and end > cuts[-1]:
+            cuts.append(end)
+        end = m.end()
+    return [text[a:b] for a, b in itertools.pairwise([*cuts, len(text)])]
+
 
 # Whether a turn asks something, when its writer leaves out the "?" ("what did I say
 # about the garden", "remind me where we parked", "I forgot what we decided"): one of

@@ -16,10 +16,20 @@ import itertools
 import re
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Sequence, Set
+from collections.abc import Iterable, Sequence, Set
 
 from .dialects import Dialect
-from .english import FORMS, FRAMING, MANNER, SENTENCE, STOPWORDS, forms, porter
+from .english import (
+    FORMS,
+    FRAMING,
+    MANNER,
+    PASSAGE,
+    SENTENCE,
+    STOPWORDS,
+    forms,
+    passages,
+    porter,
+)
 from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
@@ -82,6 +92,18 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(porter(form for w in words(text) for form in forms(w)))
 
 
+def as_searched(texts: Iterable[str]) -> frozenset[str]:
+    """`texts` as a search returns them: whole, and a long one also by its passages
+    (`english.passages`), so that a hit on a passage of a forwarded message is known
+    as forwarded."""
+    out: set[str] = set()
+    for text in texts:
+        out.add(text)
+        if len(text) > PASSAGE:
+            out.update(part.strip() for part in passages(text))
+    return frozenset(out)
+
+
 def fresh(
     hits: Sequence[SearchHit],
     question: str,
@@ -112,7 +134,7 @@ def fresh(
       and only those neither forwarded nor quoted already.
     """
     wanted = stems(question)
-    forwarded = set(context)
+    forwarded = as_searched(context)
     # The scan over the context only serves the hits the rules judge.
     judged = any(h.seq not in unjudged for h in hits)
     covered = covering(context, wanted) if judged else []
@@ -254,24 +276,29 @@ RRF_K = 60
 
 
 def fuse(*rankings: Sequence[SearchHit]) -> list[SearchHit]:
-    """Reciprocal rank fusion: a message scores the sum of 1 / (RRF_K + rank) over the rankings.
+    """Reciprocal rank fusion: a hit scores the sum of 1 / (RRF_K + rank) over the rankings.
 
     Ranks, not scores, are fused, since BM25 and cosine share no scale. A
     message in several rankings keeps the first one's hit (the lexical one
-    carries its replies). Ties go to the later message, as the searches order.
+    carries its replies), and where that ranking has several passages of it,
+    the others' ranks go to its best one. Ties go to the later message, as
+    the searches order.
     """
-    fused: dict[int, SearchHit] = {}
-    scores: defaultdict[int, float] = defaultdict(float)
+    fused: dict[tuple[int, str], SearchHit] = {}
+    scores: defaultdict[tuple[int, str], float] = defaultdict(float)
     for ranking in rankings:
+        # Each message's best hit in the rankings before this one.
+        earlier = {key[0]: key for key in reversed(fused)}
         for rank, hit in enumerate(ranking, start=1):
-            fused.setdefault(hit.seq, hit)
-            scores[hit.seq] += 1 / (RRF_K + rank)
-    order = sorted(fused, key=lambda seq: (-scores[seq], -seq))
-    return [dataclasses.replace(fused[seq], score=scores[seq]) for seq in order]
+            key = earlier.get(hit.seq, (hit.seq, hit.text))
+            fused.setdefault(key, hit)
+            scores[key] += 1 / (RRF_K + rank)
+    order = sorted(fused, key=lambda key: (-scores[key], -key[0]))
+    return [dataclasses.replace(fused[key], score=scores[key]) for key in order]
 
 
 def _answers(
-    hit: SearchHit, wanted: frozenset[str], forwarded: set[str], seen: set[str]
+    hit: SearchHit, wanted: frozenset[str], forwarded: Set[str], seen: set[str]
 ) -> tuple[SearchHit, ...]:
     """The replies a chosen hit quotes: when it asks about the question, those not yet seen."""
     if not asks_about(hit.text, wanted):

@@ -83,6 +83,16 @@ def test_other_replays_nicknames_and_talkative_people_find_as_much(variant: str)
     assert recall.tokens_share <= 0.12, recall.line()
 
 
+def test_a_session_sent_as_one_message_is_found_by_its_passages() -> None:
+    # Each session one message of 24 lines: the fact is one line of about 850 tokens.
+    # Searched whole, such messages rank by length and fill the block's budget two at a
+    # time; by passages, the line with the fact is the hit.
+    conversations = [VARIANTS["a message a session"](seed) for seed in range(3)]
+    recall = evaluate(conversations, "lexical recall, a message a session")
+    assert recall.found_share >= 0.6, recall.line()
+    assert recall.tokens_share <= 0.12, recall.line()
+
+
 def test_chat_in_everyday_words_gets_few_blocks_and_keeps_the_prefix_cache() -> None:
     # Small talk that rarely repeats a sentence shares its everyday words ("the garden
     # near my aunt's house") with much of the conversation. A turn that asks nothing

@@ -148,6 +148,36 @@ def test_a_message_acknowledges_when_it_says_nothing_else(text: str, acknowledge
     assert english.acknowledges(text) == acknowledges
 
 
+SENTENCES = st.lists(
+    st.sampled_from(["The train was late.", "I bought a Prius!", "ok", "\n", " ", "What now?"]),
+    max_size=80,
+).map("".join)
+
+
+@given(SENTENCES)
+def test_passages_are_a_texts_sentences_cut_into_runs(text: str) -> None:
+    parts = english.passages(text)
+    assert "".join(parts) == text
+    if len(text) <= english.PASSAGE:
+        assert parts == [text]
+    # Cut only between sentences, and only once a run has its length.
+    for before, part in itertools.pairwise(parts):
+        assert before[-1] in ".!?\n", (before, part)
+        assert len(before) + len(part) > english.PASSAGE
+    # Never longer than a run and the sentence that would overflow it.
+    assert all(len(part) <= english.PASSAGE + len("I bought a Prius!") for part in parts)
+
+
+def test_a_forwarded_long_message_is_known_by_its_passages() -> None:
+    long = "\n".join(f"Line {i}: the train was late again." for i in range(40))
+    seen = recall.as_searched(["short one", long])
+    assert {"short one", long} <= seen
+    assert all(part.strip() in seen for part in english.passages(long))
+    # A hit on a passage of a forwarded message is no recall.
+    part = english.passages(long)[3].strip()
+    assert recall.fresh([hit(7, part)], "Was the train late?", ["short one", long], k=3) == []
+
+
 SAID = st.sampled_from(
     [
         "The garden is lovely.",
@@ -320,6 +350,30 @@ def test_fusion_keeps_every_message_once_and_agrees_where_the_rankings_do(
         assert fused[0].seq == lexical[0]
     # One ranking alone keeps its order.
     assert [h.seq for h in recall.fuse([hit(s) for s in lexical])] == lexical
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.sampled_from("abc")), unique=True, max_size=12),
+    st.lists(st.integers(0, 12), unique=True, max_size=12),
+)
+def test_fusion_keeps_each_passage_and_gives_a_message_found_by_both_to_its_best(
+    lexical: list[tuple[int, str]], semantic: list[int]
+) -> None:
+    # BM25 finds passages (several of a message), embeddings whole messages.
+    passages = [hit(seq, f"part {part}") for seq, part in lexical]
+    fused = recall.fuse(passages, [hit(seq, "whole") for seq in semantic])
+    found = {seq for seq, _ in lexical}
+    assert sorted((h.seq, h.text) for h in fused) == sorted(
+        [(seq, f"part {part}") for seq, part in lexical]
+        + [(seq, "whole") for seq in semantic if seq not in found]
+    )
+    score = {(h.seq, h.text): h.score for h in fused}
+    for rank, seq in enumerate(semantic, start=1):
+        if seq in found:
+            best = next(i for i, (s, _) in enumerate(lexical, start=1) if s == seq)
+            key = (seq, f"part {lexical[best - 1][1]}")
+            assert score[key] == 1 / (recall.RRF_K + best) + 1 / (recall.RRF_K + rank)
+    assert [(h.seq, h.text) for h in recall.fuse(passages)] == [(h.seq, h.text) for h in passages]
 
 
 def test_a_question_asks_beyond_in_a_word_neither_the_context_nor_a_hit_holds() -> None:

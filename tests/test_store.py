@@ -15,6 +15,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy import english
 from proxy.errors import ConfigError
 from proxy.messages import Message, chain_hashes
 from proxy.store import (
@@ -891,6 +892,66 @@ async def test_vectors_are_stored_per_message_and_ranked_by_cosine(store: Store)
     assert await store.nearest(ALICE, "emb", unit(1, 0), limit=3, min_similarity=0) == []
     assert await store.delete(ALICE)
     assert await store.nearest(ALICE, "emb", unit(1, 0, 0), limit=3, min_similarity=0) == []
+
+
+def a_session_in_one_message() -> list[Message]:
+    """A whole exchange pasted as one message: 30 lines, one of them the fact."""
+    lines = [f"Maya: Day {day} was long, the train was late again." for day in range(30)]
+    lines[17] = "Evan: I traded my old car in for a silver Prius last weekend."
+    return [system(), user("\n".join(lines)), assistant("ok"), user("Thanks.")]
+
+
+@pytest.mark.asyncio
+async def test_a_long_message_is_searched_by_its_passages(store: Store) -> None:
+    messages = a_session_in_one_message()
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["prius"], limit=5)
+    # The passage with the fact, not the whole session: it is what the block quotes.
+    assert "silver Prius" in hit.text and hit.text in messages[1]["content"]
+    assert len(hit.text) <= english.PASSAGE + 100 < len(messages[1]["content"])
+    # Embeddings read the message whole, once.
+    pending = await store.unembedded(ALICE, "emb", limit=100)
+    texts = [text for _, text in pending]
+    assert texts[:3] == [m["content"] for m in messages[1:]] and len(texts) == 4  # and the answer
+    await store.put_vectors(
+        ALICE, "emb", [(seq, unit(1, 0.1 * i, 0)) for i, (seq, _) in enumerate(pending)]
+    )
+    (best, *_) = await store.nearest(ALICE, "emb", unit(1, 0, 0), limit=5, min_similarity=0.5)
+    assert best.text == messages[1]["content"]
+
+
+@pytest.mark.asyncio
+async def test_a_question_in_a_long_message_carries_what_answered_it(store: Store) -> None:
+    # A whole exchange in one message: the answer is the next line, wherever the
+    # passages are cut.
+    lines = [f"Maya: Day {day} was long, the train was late again." for day in range(30)]
+    lines[12] = "Maya: Are you still driving that old car?"
+    lines[13] = "Evan: No, I traded it in for a silver Prius last weekend."
+    messages = [system(), user("\n".join(lines)), assistant("ok"), user("Thanks.")]
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["driving"], limit=5)
+    assert "still driving" in hit.text
+    assert any("silver Prius" in said.text for said in (hit, *hit.replies))
+
+
+@pytest.mark.asyncio
+async def test_the_reply_to_a_question_is_the_whole_next_message(store: Store) -> None:
+    # Each speaker's turn a user message, "ok" between: the answer is a long message,
+    # carried whole (the block quotes it around its match), not its first passage.
+    lines = [f"Evan: Day {day} was long, the train was late again." for day in range(30)]
+    lines[20] = "I started learning the cello, my teacher is strict but kind."
+    answer = "\n".join(lines)
+    messages = [
+        system(),
+        user("Maya: Are you still thinking about picking up an instrument?"),
+        assistant("ok"),
+        user(answer),
+        assistant("ok"),
+        user("Maya: Nice."),
+    ]
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["instrument"], limit=5)
+    assert [(r.role, r.text) for r in hit.replies] == [("user", answer)]
 
 
 @pytest.mark.asyncio

@@ -111,7 +111,8 @@ class ConversationSummary:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """An archived message that matched a search; `turn` counts user messages up to it.
+    """An archived message that matched a search, or the passage of a long one that did
+    (`text` is then that passage); `turn` counts user messages up to it.
 
     A hit that asks something (a sentence ending in "?") carries the messages
     that followed it, up to the next of its own role, as its `replies`: in a
@@ -198,7 +199,8 @@ class Store(Protocol):
         limit: int,
         asks: bool = True,
     ) -> list[SearchHit]:
-        """Archived user, assistant and tool messages matching `words`, best first.
+        """Archived user, assistant and tool messages matching `words`, best first (a long
+        one by its passages, each a hit of its own).
 
         A word may come with its other forms (`("see", "saw", "seen")`): any of
         them matches, and they count as one word. A word given capitalised is a

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 import orjson
@@ -44,6 +45,8 @@ MAX_WORDS = 16
 REPLIED = 50
 # The reply, and an answer the proxy stored before the client resent its own.
 MAX_REPLIES = 3
+# Rows read at a time after a hit that asks: a few messages, or a long one's passages.
+_AFTER_BATCH = 16
 _BATCH = 1000
 # The roles whose messages are indexed: what was said, not the instructions.
 SEARCHED = ("user", "assistant", "tool")
@@ -72,7 +75,7 @@ CREATE_VECTORS = """
         PRIMARY KEY (conversation_id, model, seq)
     ) WITHOUT ROWID
 """
-_ROWIDS = "SELECT rowid FROM message_search WHERE message_search MATCH ?"
+_ROWIDS = "SELECT rowid, seq FROM message_search WHERE message_search MATCH ?"
 _BODIES = "SELECT body FROM message_search WHERE rowid IN (SELECT value FROM json_each(?))"
 # Rank by the body alone: every row of a conversation matches `conv` alike.
 SET_RANK = "INSERT INTO message_search (message_search, rank) VALUES ('rank', 'bm25(1.0, 0.0)')"
@@ -108,7 +111,11 @@ def progress(db: sqlite3.Connection, conv: int) -> tuple[int, int]:
 
 
 def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Message]]) -> None:
-    """Index `(seq, chain hash, message)` rows that follow what is indexed, in seq order."""
+    """Index `(seq, chain hash, message)` rows that follow what is indexed, in seq order.
+
+    A long message is indexed as its passages (`english.passages`), each a row
+    with the message's seq, in order: joined, a seq's rows are its text.
+    """
     if not rows:
         return
     _, turns = progress(db, conv)
@@ -122,7 +129,8 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
         text = text_of(message).strip()
         if text:
             label = "tool result" if who == "tool" else who
-            docs.append((text, f"k{conv}", seq, max(turns, 1), label, hash_))
+            tag, turn = f"k{conv}", max(turns, 1)
+            docs += [(part, tag, seq, turn, label, hash_) for part in english.passages(text)]
     db.executemany(
         "INSERT INTO message_search (body, conv, seq, turn, role, hash) VALUES (?, ?, ?, ?, ?, ?)",
         docs,
@@ -154,8 +162,11 @@ def search(
     if not wanted or limit <= 0:
         return []
     tag = _tag(conv)
+    # The floor weighs messages, whatever passages they are indexed as: a fact and the
+    # words around it in one message (a speaker's label, the question it answers) are
+    # one statement. BM25 then ranks the passages of the messages that pass.
     (total,) = db.execute(
-        "SELECT COUNT(*) FROM message_search WHERE message_search MATCH ?", (tag,)
+        "SELECT COUNT(DISTINCT seq) FROM message_search WHERE message_search MATCH ?", (tag,)
     ).fetchone()
     if not total:
         return []
@@ -163,31 +174,42 @@ def search(
     names = [
         w
         for w, p in postings.items()
-        if len(forms[w]) == 1 and len(p) >= relevance.ADDRESSED_ALL and _addressed(db, w, p)
+        if len(forms[w]) == 1
+        and len(set(p.values())) >= relevance.ADDRESSED_ALL
+        and _addressed(db, w, p)
     ]
-    counted = {w: p for w, p in postings.items() if w not in names}
-    eligible = relevance.passing(counted, total, asks=asks)
+    counted = {w: frozenset(p.values()) for w, p in postings.items() if w not in names}
+    passing = set(relevance.passing(counted, total, asks=asks))
+    wanted = [w for w in wanted if w not in names]
+    eligible = sorted({r for w in wanted for r, seq in postings[w].items() if seq in passing})
     if not eligible:
         return []
-    wanted = [w for w in wanted if w not in names]
     anyword = " OR ".join(_match(forms[w]) for w in wanted)
     query = f"{tag} AND ({anyword})"
     rows = db.execute(
         "SELECT rowid, seq, turn, role, body, rank FROM message_search WHERE message_search MATCH ?"
-        " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank, seq DESC LIMIT ?",
+        " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank, seq DESC, rowid LIMIT ?",
         (query, orjson.dumps(eligible).decode(), limit),
     ).fetchall()
     # FTS5's bm25() is lower-is-better; hits report higher-is-better.
     return [
-        SearchHit(int(s), int(t), str(r), str(b), -float(x), _replies(db, tag, rowid, (r, b), n))
+        SearchHit(
+            int(s),
+            int(t),
+            str(r),
+            str(b).strip(),
+            -float(x),
+            _replies(db, tag, rowid, (int(s), str(r), str(b)), n),
+        )
         for n, (rowid, s, t, r, b, x) in enumerate(rows)
     ]
 
 
 def _replies(
-    db: sqlite3.Connection, tag: str, rowid: int, hit: tuple[str, str], rank: int
+    db: sqlite3.Connection, tag: str, rowid: int, hit: tuple[int, str, str], rank: int
 ) -> tuple[SearchHit, ...]:
-    """What followed a hit that asks something, up to the next message of its role.
+    """What followed a hit that asks something: the rest of its message's next passage
+    when its message goes on, else the messages after it, up to the next of its role.
 
     When what came between only acknowledges (or nothing came between), the
     next message is the reply though it has the hit's role: a conversation
@@ -196,18 +218,40 @@ def _replies(
     looked up. A conversation's rows are indexed in order, so the next row
     ids of its tag are what came next.
     """
-    asker, text = hit
+    seq, asker, text = hit
     if rank >= REPLIED or not relevance.questions(text):
         return ()
-    rows = db.execute(
-        "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
-        " AND rowid > ? ORDER BY rowid LIMIT ?",
-        (tag, rowid, MAX_REPLIES + 1),
-    ).fetchall()
-    replies = list(itertools.takewhile(lambda row: row[2] != asker, rows[:MAX_REPLIES]))
-    if len(replies) < len(rows) and all(english.acknowledges(row[3]) for row in replies):
-        replies = [rows[len(replies)]]
-    return tuple(SearchHit(int(s), int(t), str(r), str(b), 0.0) for s, t, r, b in replies)
+    rows = _after(db, tag, rowid)
+    first = next(rows, None)
+    if first is None:
+        return ()
+    if first[0] == seq:  # a passage, answered by what follows it in its message
+        return (SearchHit(first[0], first[1], first[2], first[3].strip(), 0.0),)
+    said = [
+        (s, turn, role, "".join(part for *_, part in parts).strip())
+        for (s, turn, role), parts in itertools.islice(
+            itertools.groupby(itertools.chain([first], rows), key=lambda row: row[:3]),
+            MAX_REPLIES + 1,
+        )
+    ]
+    replies = list(itertools.takewhile(lambda m: m[2] != asker, said[:MAX_REPLIES]))
+    if len(replies) < len(said) and all(english.acknowledges(m[3]) for m in replies):
+        replies = [said[len(replies)]]
+    return tuple(SearchHit(s, t, r, b, 0.0) for s, t, r, b in replies)
+
+
+def _after(db: sqlite3.Connection, tag: str, rowid: int) -> Iterator[tuple[int, int, str, str]]:
+    """The rows indexed after `rowid` in its conversation, in order, read as needed."""
+    while True:
+        rows = db.execute(
+            "SELECT rowid, seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
+            " AND rowid > ? ORDER BY rowid LIMIT ?",
+            (tag, rowid, _AFTER_BATCH),
+        ).fetchall()
+        yield from ((int(s), int(t), str(r), str(b)) for _, s, t, r, b in rows)
+        if len(rows) < _AFTER_BATCH:
+            return
+        rowid = rows[-1][0]
 
 
 def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
@@ -228,12 +272,13 @@ def _match(forms: tuple[str, ...]) -> str:
     return "body : (" + " OR ".join(f'"{form}"' for form in forms) + ")"
 
 
-def _postings(db: sqlite3.Connection, tag: str, forms: tuple[str, ...]) -> set[int]:
+def _postings(db: sqlite3.Connection, tag: str, forms: tuple[str, ...]) -> dict[int, int]:
+    """The rows (passages) holding one of `forms`, with the message (seq) each is of."""
     query = f"{tag} AND {_match(forms)}"
-    return {r[0] for r in db.execute(_ROWIDS, (query,))}
+    return {int(rowid): int(seq) for rowid, seq in db.execute(_ROWIDS, (query,))}
 
 
-def _addressed(db: sqlite3.Connection, word: str, rowids: set[int]) -> bool:
+def _addressed(db: sqlite3.Connection, word: str, rowids: Iterable[int]) -> bool:
     """Whether `word` is a name the conversation's sides call each other by."""
     sample = sorted(rowids)[: relevance.ADDRESS_SAMPLE]
     rows = db.execute(_BODIES, (orjson.dumps(sample).decode(),))
@@ -258,10 +303,17 @@ def unembedded(db: sqlite3.Connection, conv: int, model: str, limit: int) -> lis
         )
     }
     rows = db.execute(
-        "SELECT seq, body FROM message_search WHERE message_search MATCH ? ORDER BY seq",
+        "SELECT seq, body FROM message_search WHERE message_search MATCH ? ORDER BY seq, rowid",
         (_tag(conv),),
     )
-    return [(int(seq), str(body)) for seq, body in rows if int(seq) not in have][: max(0, limit)]
+    texts = _whole((int(seq), str(body)) for seq, body in rows if int(seq) not in have)
+    return list(itertools.islice(texts, max(0, limit)))
+
+
+def _whole(rows: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """`(seq, passage)` rows in order as `(seq, text)`: a message's passages joined."""
+    for seq, parts in itertools.groupby(rows, key=operator.itemgetter(0)):
+        yield seq, "".join(part for _, part in parts).strip()
 
 
 def hashes_of(db: sqlite3.Connection, conv: int, seqs: Sequence[int]) -> dict[int, str]:
@@ -314,10 +366,12 @@ def nearest(
         return []
     found = db.execute(
         "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
-        " AND seq IN (SELECT value FROM json_each(?))",
+        " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq, rowid",
         (_tag(conv), orjson.dumps(list(chosen)).decode()),
-    )
-    hits = [SearchHit(int(s), int(t), str(r), str(b), chosen[int(s)]) for s, t, r, b in found]
+    ).fetchall()
+    said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
+    texts = _whole((int(s), str(b)) for s, _, _, b in found)
+    hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]
     return sorted(hits, key=lambda h: (-h.score, -h.seq))
 
 

@@ -151,7 +151,7 @@ async def _search(
         for i, m in enumerate(reduction.messages)
         if i != at and role(m) in SEARCHED
     ]
-    forwarded = frozenset(context)
+    forwarded = recall.as_searched(context)
     # Embeddings search the store alone: the history has no vectors yet.
     own = _own(unarchived, forwarded, dialect) if settings.method != "embeddings" else None
     # Forwarded messages may rank first; ask for enough to skip them all.
@@ -223,7 +223,7 @@ async def _ranked(
     semantic = await ctx.store.nearest(
         key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
-    forwarded = frozenset(context)
+    forwarded = recall.as_searched(context)
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset()
