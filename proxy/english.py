@@ -86,6 +86,8 @@ def passages(text: str) -> list[str]:
     cuts = [0]
     end = 0
     for m in SENTENCE.finditer(text):
+        if not m.group():  # the empty match at the end: nothing to cut before
+            continue
         if m.end() - cuts[-1] > PASSAGE and end > cuts[-1]:
             cuts.append(end)
         end = m.end()

@@ -192,10 +192,15 @@ def detailed(hits: Sequence[SearchHit], question: str) -> list[SearchHit]:
     talk around a mention has rare words too). Hits matching other words keep
     their places. A name in the question says whose subject it is, not what
     it is: a sentence naming the person ("Omar: ...", "Hey Omar!") is not on
-    the subject.
+    the subject, unless no hit says anything else of the question's words
+    (then the name is the subject: "What breed is Luna?").
     """
-    wanted = stems(question) - frozenset(porter(_names(question)))
+    asked = stems(question)
+    wanted = asked - frozenset(porter(_names(question)))
     said = [_about(h.text, wanted) for h in hits]
+    if not any(said):  # the name is the subject ("What breed is Luna?")
+        wanted = asked
+        said = [_about(h.text, wanted) for h in hits]
     holding = Counter(word for words in said for word in words)
     rarest = [min((holding[w] for w in words), default=len(hits)) for words in said]
     places: defaultdict[frozenset[str], list[int]] = defaultdict(list)

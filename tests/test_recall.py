@@ -19,7 +19,7 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from proxy import recall
+from proxy import english, recall
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.dialects.chat_completions import CHAT as CHAT_ITEMS
@@ -356,6 +356,28 @@ def test_a_question_asking_beyond_its_subject_recalls_though_the_window_holds_th
         # Asking only in words the window holds, the window answers: no block.
         r = send(user("Did I walk the dogs at the shelter?"))
         assert r.headers["x-context-recall"] == "0"
+
+
+def test_a_long_forwarded_message_on_the_subject_does_not_crowd_the_fact_out(
+    tmp_path: Path,
+) -> None:
+    """The window ends with notes on the shelter in one message: each of their passages
+    outranks the fact, and the search asks for enough hits to get past them all."""
+    fact = "At the shelter they made me coordinator of the weekend volunteers."
+    week = "Week {}: the shelter dogs walked, the shelter yard swept."
+    notes = " ".join(week.format(i) for i in range(60))
+    with in_process(tmp_path, recall_k="1") as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 120):
+            send(user(fact if i == 5 else filler(i)))
+        send(user(notes))
+        r = send(user("What role do I have at the shelter?"))
+        forwarded = upstream.chat_requests()[-1]["messages"]
+    assert all(fact not in str(m.get("content")) for m in forwarded[:-2]), "not reduced yet"
+    assert any(m.get("content") == notes for m in forwarded), "the notes are not in the window"
+    assert len(english.passages(notes)) > len(forwarded), "the notes do not crowd"
+    assert r.headers["x-context-recall"] == "1"
+    assert "coordinator of the weekend volunteers" in forwarded[-2]["content"]
 
 
 def test_a_question_asking_beyond_gets_the_message_saying_something_new_not_the_shortest(

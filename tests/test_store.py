@@ -792,8 +792,9 @@ async def test_a_conversation_sent_as_user_messages_carries_the_next_one_as_the_
     await store.commit(turn(ALICE, messages))
     (hit,) = await store.search(ALICE, ["driving"], limit=5)
     assert hit.text == "Maya: Are you still driving that old car, Evan?"
-    reply = "Evan: No, I traded it in for a silver Prius last weekend."
-    assert [(r.role, r.text) for r in hit.replies] == [("user", reply)]
+    reply = [("user", "Evan: No, I traded it in for a silver Prius last weekend.")]
+    nod = [] if between is None else [("assistant", between)]
+    assert [(r.role, r.text) for r in hit.replies] == nod + reply
 
 
 @pytest.mark.asyncio
@@ -806,6 +807,16 @@ async def test_an_answer_that_says_something_ends_the_reply_at_the_asking_role(
     await store.commit(turn(ALICE, messages))
     (hit,) = await store.search(ALICE, ["driving"], limit=5)
     assert [r.text for r in hit.replies] == ["Yes, a Prius."]
+
+
+@pytest.mark.asyncio
+async def test_a_short_answer_is_kept_when_the_next_message_comes_along(store: Store) -> None:
+    # "No." reads as a nod, so the asker's next message comes too; the answer stays.
+    messages = chat_between_friends()
+    messages[10] = assistant("No.")
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["driving"], limit=5)
+    assert [r.text for r in hit.replies] == ["No.", messages[11]["content"]]
 
 
 @pytest.mark.asyncio
@@ -922,16 +933,33 @@ async def test_a_long_message_is_searched_by_its_passages(store: Store) -> None:
 
 @pytest.mark.asyncio
 async def test_a_question_in_a_long_message_carries_what_answered_it(store: Store) -> None:
-    # A whole exchange in one message: the answer is the next line, wherever the
-    # passages are cut.
+    # A whole exchange in one message, cut into passages between the question and
+    # the line that answers it: that line's passage comes first, then the reply.
     lines = [f"Maya: Day {day} was long, the train was late again." for day in range(30)]
-    lines[12] = "Maya: Are you still driving that old car?"
-    lines[13] = "Evan: No, I traded it in for a silver Prius last weekend."
+    lines[7] = "Maya: Are you still driving that old car?"
+    lines[8] = "Evan: No, I traded it in for a silver Prius last weekend."
     messages = [system(), user("\n".join(lines)), assistant("ok"), user("Thanks.")]
     await store.commit(turn(ALICE, messages))
     (hit,) = await store.search(ALICE, ["driving"], limit=5)
-    assert "still driving" in hit.text
-    assert any("silver Prius" in said.text for said in (hit, *hit.replies))
+    assert "still driving" in hit.text and "silver Prius" not in hit.text
+    assert [r.role for r in hit.replies] == ["user", "assistant"]
+    assert hit.replies[0].text.startswith(lines[8]) and hit.replies[1].text == "ok"
+
+
+@pytest.mark.asyncio
+async def test_a_question_before_pasted_text_carries_the_answer_after_it(store: Store) -> None:
+    pasted = "\n".join(f"setting_{i} = value_{i}" for i in range(60))
+    answer = "The port is wrong: staging listens on 5433."
+    messages = [
+        system(),
+        user(f"What is wrong with this config?\n{pasted}"),
+        assistant(answer),
+        user("Thanks, fixed."),
+    ]
+    await store.commit(turn(ALICE, messages))
+    (hit,) = await store.search(ALICE, ["config"], limit=5)
+    assert hit.text.startswith("What is wrong")
+    assert [(r.role, r.text) for r in hit.replies][-1] == ("assistant", answer)
 
 
 @pytest.mark.asyncio
@@ -951,7 +979,7 @@ async def test_the_reply_to_a_question_is_the_whole_next_message(store: Store) -
     ]
     await store.commit(turn(ALICE, messages))
     (hit,) = await store.search(ALICE, ["instrument"], limit=5)
-    assert [(r.role, r.text) for r in hit.replies] == [("user", answer)]
+    assert [(r.role, r.text) for r in hit.replies] == [("assistant", "ok"), ("user", answer)]
 
 
 @pytest.mark.asyncio

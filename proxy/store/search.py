@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import operator
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 import orjson
@@ -36,17 +35,11 @@ from proxy import english
 from proxy.messages import Message, role, text_of
 from proxy.store import relevance
 from proxy.store.base import ArchivedMessage, ConvKey, SearchHit, StoreError
+from proxy.store.replies import replies, whole
 
 T = TypeVar("T")
 
 MAX_WORDS = 16
-# Hits that get their reply looked up: the best ones, which the recall block quotes
-# (its `k` is a handful); the rest of a search's hits are only compared.
-REPLIED = 50
-# The reply, and an answer the proxy stored before the client resent its own.
-MAX_REPLIES = 3
-# Rows read at a time after a hit that asks: a few messages, or a long one's passages.
-_AFTER_BATCH = 16
 _BATCH = 1000
 # The roles whose messages are indexed: what was said, not the instructions.
 SEARCHED = ("user", "assistant", "tool")
@@ -199,59 +192,10 @@ def search(
             str(r),
             str(b).strip(),
             -float(x),
-            _replies(db, tag, rowid, (int(s), str(r), str(b)), n),
+            replies(db, tag, rowid, (int(s), str(r), str(b)), n),
         )
         for n, (rowid, s, t, r, b, x) in enumerate(rows)
     ]
-
-
-def _replies(
-    db: sqlite3.Connection, tag: str, rowid: int, hit: tuple[int, str, str], rank: int
-) -> tuple[SearchHit, ...]:
-    """What followed a hit that asks something: the rest of its message's next passage
-    when its message goes on, else the messages after it, up to the next of its role.
-
-    When what came between only acknowledges (or nothing came between), the
-    next message is the reply though it has the hit's role: a conversation
-    sent as one role's messages (each speaker's turn a user message, the
-    other role answering "ok", or nothing). Only the best `REPLIED` hits are
-    looked up. A conversation's rows are indexed in order, so the next row
-    ids of its tag are what came next.
-    """
-    seq, asker, text = hit
-    if rank >= REPLIED or not relevance.questions(text):
-        return ()
-    rows = _after(db, tag, rowid)
-    first = next(rows, None)
-    if first is None:
-        return ()
-    if first[0] == seq:  # a passage, answered by what follows it in its message
-        return (SearchHit(first[0], first[1], first[2], first[3].strip(), 0.0),)
-    said = [
-        (s, turn, role, "".join(part for *_, part in parts).strip())
-        for (s, turn, role), parts in itertools.islice(
-            itertools.groupby(itertools.chain([first], rows), key=lambda row: row[:3]),
-            MAX_REPLIES + 1,
-        )
-    ]
-    replies = list(itertools.takewhile(lambda m: m[2] != asker, said[:MAX_REPLIES]))
-    if len(replies) < len(said) and all(english.acknowledges(m[3]) for m in replies):
-        replies = [said[len(replies)]]
-    return tuple(SearchHit(s, t, r, b, 0.0) for s, t, r, b in replies)
-
-
-def _after(db: sqlite3.Connection, tag: str, rowid: int) -> Iterator[tuple[int, int, str, str]]:
-    """The rows indexed after `rowid` in its conversation, in order, read as needed."""
-    while True:
-        rows = db.execute(
-            "SELECT rowid, seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
-            " AND rowid > ? ORDER BY rowid LIMIT ?",
-            (tag, rowid, _AFTER_BATCH),
-        ).fetchall()
-        yield from ((int(s), int(t), str(r), str(b)) for _, s, t, r, b in rows)
-        if len(rows) < _AFTER_BATCH:
-            return
-        rowid = rows[-1][0]
 
 
 def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
@@ -279,7 +223,11 @@ def _postings(db: sqlite3.Connection, tag: str, forms: tuple[str, ...]) -> dict[
 
 
 def _addressed(db: sqlite3.Connection, word: str, rowids: Iterable[int]) -> bool:
-    """Whether `word` is a name the conversation's sides call each other by."""
+    """Whether `word` is a name the conversation's sides call each other by.
+
+    The sample is of rows, so a long message's passages count one by one: a
+    greeting opens one of them, which is how a name addressed reads anyway.
+    """
     sample = sorted(rowids)[: relevance.ADDRESS_SAMPLE]
     rows = db.execute(_BODIES, (orjson.dumps(sample).decode(),))
     return relevance.addressed(word, (str(r[0]) for r in rows))
@@ -306,14 +254,8 @@ def unembedded(db: sqlite3.Connection, conv: int, model: str, limit: int) -> lis
         "SELECT seq, body FROM message_search WHERE message_search MATCH ? ORDER BY seq, rowid",
         (_tag(conv),),
     )
-    texts = _whole((int(seq), str(body)) for seq, body in rows if int(seq) not in have)
+    texts = whole((int(seq), str(body)) for seq, body in rows if int(seq) not in have)
     return list(itertools.islice(texts, max(0, limit)))
-
-
-def _whole(rows: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-    """`(seq, passage)` rows in order as `(seq, text)`: a message's passages joined."""
-    for seq, parts in itertools.groupby(rows, key=operator.itemgetter(0)):
-        yield seq, "".join(part for _, part in parts).strip()
 
 
 def hashes_of(db: sqlite3.Connection, conv: int, seqs: Sequence[int]) -> dict[int, str]:
@@ -370,7 +312,7 @@ def nearest(
         (_tag(conv), orjson.dumps(list(chosen)).decode()),
     ).fetchall()
     said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
-    texts = _whole((int(s), str(b)) for s, _, _, b in found)
+    texts = whole((int(s), str(b)) for s, _, _, b in found)
     hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]
     return sorted(hits, key=lambda h: (-h.score, -h.seq))
 

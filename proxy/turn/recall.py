@@ -154,8 +154,8 @@ async def _search(
     forwarded = recall.as_searched(context)
     # Embeddings search the store alone: the history has no vectors yet.
     own = _own(unarchived, forwarded, dialect) if settings.method != "embeddings" else None
-    # Forwarded messages may rank first; ask for enough to skip them all.
-    limit = min(settings.k + len(reduction.messages), 1000)
+    # Forwarded messages (and their passages) may rank first; ask for enough to skip them all.
+    limit = min(settings.k + len(forwarded), 1000)
     try:
         hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, own)
     except StoreError:
