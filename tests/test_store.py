@@ -31,6 +31,7 @@ from proxy.store import (
     WorkingLayout,
     open_store,
 )
+from proxy.store import search as search_index
 from proxy.store.base import SearchHit
 from proxy.store.schema import migrate
 from proxy.store.search import search_messages
@@ -980,6 +981,22 @@ async def test_the_reply_to_a_question_is_the_whole_next_message(store: Store) -
     await store.commit(turn(ALICE, messages))
     (hit,) = await store.search(ALICE, ["instrument"], limit=5)
     assert [(r.role, r.text) for r in hit.replies] == [("assistant", "ok"), ("user", answer)]
+
+
+def test_a_reply_is_read_only_as_far_as_it_goes() -> None:
+    # The question opens a long conversation: its reply is looked up in a batch or two
+    # of the rows after it, never the whole archive.
+    messages = [user("Are you still driving that old car?"), assistant("No, a Prius.")]
+    messages += [user(f"Day {day} was long, the train was late again.") for day in range(500)]
+    db = sqlite3.connect(":memory:")
+    search_index.create(db)
+    search_index.add(db, 1, [(seq, "", m) for seq, m in enumerate(messages)])
+    reads: list[str] = []
+    db.set_trace_callback(lambda sql: reads.append(sql) if "rowid >" in sql else None)
+    (hit,) = search_index.search(db, 1, ["driving"], limit=5)
+    db.close()
+    assert [r.text for r in hit.replies] == ["No, a Prius."]
+    assert len(reads) == 1
 
 
 @pytest.mark.asyncio

@@ -52,7 +52,12 @@ def replies(
         return ()
     going_on = first[0] == seq
     led = [SearchHit(first[0], first[1], first[2], first[3].strip(), 0.0)] if going_on else []
-    rest = itertools.dropwhile(lambda row: row[0] == seq, rows) if going_on else [first, *rows]
+    # Lazily: the rows are read in batches only as far as the replies go.
+    rest = (
+        itertools.dropwhile(lambda row: row[0] == seq, rows)
+        if going_on
+        else itertools.chain([first], rows)
+    )
     said = [
         SearchHit(s, turn, role, "".join(part for *_, part in parts).strip(), 0.0)
         for (s, turn, role), parts in itertools.islice(
