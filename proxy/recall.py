@@ -104,6 +104,12 @@ def as_searched(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def rows_of(texts: Iterable[str]) -> int:
+    """How many index rows `texts` make: one each, a long one one per passage (repeats
+    counted, which `as_searched` folds)."""
+    return sum(len(passages(text)) for text in texts)
+
+
 def fresh(
     hits: Sequence[SearchHit],
     question: str,

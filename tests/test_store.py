@@ -31,6 +31,7 @@ from proxy.store import (
     WorkingLayout,
     open_store,
 )
+from proxy.store import replies as replies_module
 from proxy.store import search as search_index
 from proxy.store.base import SearchHit
 from proxy.store.schema import migrate
@@ -960,7 +961,9 @@ async def test_a_question_before_pasted_text_carries_the_answer_after_it(store: 
     await store.commit(turn(ALICE, messages))
     (hit,) = await store.search(ALICE, ["config"], limit=5)
     assert hit.text.startswith("What is wrong")
-    assert [(r.role, r.text) for r in hit.replies][-1] == ("assistant", answer)
+    (rest, reply) = hit.replies
+    assert rest.role == "user" and rest.text in pasted and not pasted.startswith(rest.text)
+    assert (reply.role, reply.text) == ("assistant", answer)
 
 
 @pytest.mark.asyncio
@@ -983,20 +986,70 @@ async def test_the_reply_to_a_question_is_the_whole_next_message(store: Store) -
     assert [(r.role, r.text) for r in hit.replies] == [("assistant", "ok"), ("user", answer)]
 
 
-def test_a_reply_is_read_only_as_far_as_it_goes() -> None:
-    # The question opens a long conversation: its reply is looked up in a batch or two
-    # of the rows after it, never the whole archive.
-    messages = [user("Are you still driving that old car?"), assistant("No, a Prius.")]
-    messages += [user(f"Day {day} was long, the train was late again.") for day in range(500)]
+def searched_with_reads(
+    messages: list[Message], words: list[str], *, forwarded: frozenset[str] = frozenset()
+) -> tuple[list[SearchHit], int]:
+    """`search_index.search` over `messages`, and how many reads of rows after a hit it made."""
     db = sqlite3.connect(":memory:")
     search_index.create(db)
     search_index.add(db, 1, [(seq, "", m) for seq, m in enumerate(messages)])
     reads: list[str] = []
     db.set_trace_callback(lambda sql: reads.append(sql) if "rowid >" in sql else None)
-    (hit,) = search_index.search(db, 1, ["driving"], limit=5)
+    hits = search_index.search(db, 1, words, limit=60, forwarded=forwarded)
     db.close()
-    assert [r.text for r in hit.replies] == ["No, a Prius."]
-    assert len(reads) == 1
+    return hits, len(reads)
+
+
+def test_a_reply_is_read_only_as_far_as_it_goes() -> None:
+    # The question opens a long conversation: its message's rest and its reply are each
+    # a read of the rows after it, never the whole archive.
+    days = [user(f"Day {day} was long, the train was late again.") for day in range(500)]
+    messages = [user("Are you still driving that old car?"), assistant("No, a Prius."), *days]
+    (hit,), reads = searched_with_reads(messages, ["driving"])
+    assert [r.text for r in hit.replies] == ["No, a Prius."] and reads == 2
+    # The asker's long paste after the answer ends the reply unread.
+    paste = user("\n".join(f"setting_{i} = value_{i}" for i in range(3000)))
+    (hit,), reads = searched_with_reads([*messages[:2], paste, *days], ["driving"])
+    assert [r.text for r in hit.replies] == ["No, a Prius."] and reads == 2
+
+
+def test_the_messages_after_a_long_message_are_read_once_for_all_its_questions() -> None:
+    lines = [f"Maya: Day {day} was long, the train was late again." for day in range(3000)]
+    lines[::60] = [f"Maya: Still driving the old car on day {day}?" for day in range(50)]
+    messages = [user("\n".join(lines)), assistant("ok"), user("Thanks.")]
+    hits, reads = searched_with_reads(messages, ["driving"])
+    assert len(hits) == 50 and all(h.replies[-1].text == "ok" for h in hits)
+    # A read of its next passage each, and one of what followed the message (two: the
+    # last passage's question has no next passage, and reads on).
+    assert reads <= len(hits) + 2
+
+
+def test_a_forwarded_hit_carries_no_reply_nor_counts_among_the_replied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replies_module, "REPLIED", 1)
+    messages = [
+        user("Are you still driving that old car, still driving it daily?"),
+        assistant("Yes."),
+        user("Are you still driving to work?"),
+        assistant("No, I take the train."),
+    ]
+    forwarded = frozenset([messages[0]["content"]])
+    first, second = searched_with_reads(messages, ["driving"], forwarded=forwarded)[0]
+    assert first.text in forwarded and first.replies == ()
+    assert [r.text for r in second.replies] == ["No, I take the train."]
+    # Not forwarded, the first takes the one place.
+    first, second = searched_with_reads(messages, ["driving"])[0]
+    assert [r.text for r in first.replies] == ["Yes.", messages[2]["content"]]
+    assert second.replies == ()
+
+
+def test_a_blank_stretch_in_a_long_message_is_no_reply() -> None:
+    question = "Maya: Are you still driving that old car?"
+    answer = "Evan: No, I traded it in for a silver Prius last weekend."
+    messages = [user(question + "\n" * 900 + answer), assistant("ok"), user("Thanks.")]
+    (hit,), _ = searched_with_reads(messages, ["driving"])
+    assert [r.text for r in hit.replies] == [answer, "ok"]
 
 
 @pytest.mark.asyncio

@@ -16,7 +16,7 @@ Redis can give it with MULTI/EXEC as SQLite does with a transaction.
 from __future__ import annotations
 
 from asyncio import Future
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -198,6 +198,7 @@ class Store(Protocol):
         *,
         limit: int,
         asks: bool = True,
+        forwarded: Set[str] = frozenset(),
     ) -> list[SearchHit]:
         """Archived user, assistant and tool messages matching `words`, best first (a long
         one by its passages, each a hit of its own).
@@ -206,7 +207,9 @@ class Store(Protocol):
         them matches, and they count as one word. A word given capitalised is a
         name (matching ignores case): one the conversation never wrote does not
         weigh against the hits. `asks` is false for the words of a turn that
-        asks nothing, which the floor holds to rarer words.
+        asks nothing, which the floor holds to rarer words. A hit that asks
+        carries what answered it (`SearchHit.replies`), unless its text is
+        among the `forwarded` ones, which the model reads already.
 
         Only hits above the relevance floor of `proxy.store.search` count; the
         index catches up with the archive first, so the newest turn is searchable.

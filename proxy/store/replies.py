@@ -4,7 +4,7 @@ and what answered a hit that asks.
 The index holds a long message as several rows (`english.passages`), each with
 the message's seq, in order; a conversation's rows are added in order, so the
 next row ids of its tag are what came next. `proxy.store.search` finds rows;
-this module reads around them.
+this module reads around them, only as far as it needs.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from proxy import english
 from proxy.store import relevance
 from proxy.store.base import SearchHit
 
-# Hits that get their reply looked up: the best ones, which the recall block quotes
-# (its `k` is a handful); the rest of a search's hits are only compared.
+# Hits that get their reply looked up: the best ones not forwarded, which the recall
+# block quotes (its `k` is a handful); the rest of a search's hits are only compared.
 REPLIED = 50
-# The reply, and an answer the proxy stored before the client resent its own.
+# The other role's messages a hit carries: the reply, and an answer the proxy stored
+# before the client resent its own. The asker's next message past nods, or the rest
+# of the hit's own message, comes on top.
 MAX_REPLIES = 3
 # Rows read at a time after a hit that asks: a few messages, or a long one's passages.
 _AFTER_BATCH = 16
@@ -29,64 +31,81 @@ _AFTER_BATCH = 16
 Row = tuple[int, int, str, str]  # seq, turn, role, body
 
 
-def replies(
-    db: sqlite3.Connection, tag: str, rowid: int, hit: tuple[int, str, str], rank: int
-) -> tuple[SearchHit, ...]:
-    """What followed a hit that asks something: the messages after it up to the next
-    of its role, led by its message's next passage when its message goes on.
+class Replies:
+    """What followed the hits of one search; the messages after each message are read once."""
 
-    A message that goes on past its question is often a transcript (a session
-    sent as one message), whose next line answers: its next passage comes
-    first. When what came between only acknowledges ("ok", "No.") or nothing
-    came between, and the message ended at its question, the next message of
-    the hit's role comes too: a conversation sent as one role's messages (each
-    speaker's turn a user message, the other role answering "ok", or nothing).
-    Only the best `REPLIED` hits are looked up.
-    """
-    seq, asker, text = hit
-    if rank >= REPLIED or not relevance.questions(text):
-        return ()
-    rows = _after(db, tag, rowid)
-    first = next(rows, None)
-    if first is None:
-        return ()
-    going_on = first[0] == seq
-    led = [SearchHit(first[0], first[1], first[2], first[3].strip(), 0.0)] if going_on else []
-    # Lazily: the rows are read in batches only as far as the replies go.
-    rest = (
-        itertools.dropwhile(lambda row: row[0] == seq, rows)
-        if going_on
-        else itertools.chain([first], rows)
-    )
-    said = [
-        SearchHit(s, turn, role, "".join(part for *_, part in parts).strip(), 0.0)
-        for (s, turn, role), parts in itertools.islice(
-            itertools.groupby(rest, key=lambda row: row[:3]), MAX_REPLIES + 1
+    def __init__(self, db: sqlite3.Connection, tag: str) -> None:
+        self._db, self._tag = db, tag
+        self._answered: dict[tuple[int, str, bool], tuple[SearchHit, ...]] = {}
+
+    def of(self, rowid: int, hit: tuple[int, str, str], rank: int) -> tuple[SearchHit, ...]:
+        """What followed a hit that asks something: the messages after it up to the next
+        of its role, led by its message's next passage when its message goes on.
+
+        A message that goes on past its question is often a transcript (a session
+        sent as one message), whose next line answers: its next passage comes
+        first. When what came between only acknowledges ("ok", "No.") or nothing
+        came between, and the message ended at its question, the next message of
+        the hit's role comes too: a conversation sent as one role's messages (each
+        speaker's turn a user message, the other role answering "ok", or nothing).
+        Only the best `REPLIED` hits are looked up.
+        """
+        seq, asker, text = hit
+        if rank >= REPLIED or not relevance.questions(text):
+            return ()
+        # The rest of its message: its next passage that says something.
+        rest = itertools.takewhile(lambda row: row[0] == seq, self._rows(rowid))
+        led = [
+            SearchHit(s, t, r, b.strip(), 0.0)
+            for s, t, r, b in itertools.islice((row for row in rest if row[3].strip()), 1)
+        ]
+        key = (seq, asker, bool(led))
+        if key not in self._answered:
+            self._answered[key] = self._answers(rowid, seq, asker, going_on=bool(led))
+        return (*led, *self._answered[key])
+
+    def _answers(
+        self, rowid: int, seq: int, asker: str, *, going_on: bool
+    ) -> tuple[SearchHit, ...]:
+        """The messages after message `seq` up to the next of the `asker`'s role, and that
+        one too when those only acknowledge and `seq` ended at its question."""
+        answered: list[SearchHit] = []
+        for (s, turn, role), parts in itertools.groupby(
+            self._rows(rowid, past=seq), key=lambda row: row[:3]
+        ):
+            if role != asker and len(answered) < MAX_REPLIES:
+                answered.append(_said(s, turn, role, parts))
+                continue
+            # Read only what is kept: a message that ends the reply is not read through.
+            if (
+                role == asker
+                and not going_on
+                and all(english.acknowledges(m.text) for m in answered)
+            ):
+                answered.append(_said(s, turn, role, parts))
+            break
+        return tuple(answered)
+
+    def _rows(self, rowid: int, *, past: int | None = None) -> Iterator[Row]:
+        """The rows indexed after `rowid` in the conversation (of the messages after
+        message `past`, if given), in order, read in batches as needed."""
+        query = (
+            "SELECT rowid, seq, turn, role, body FROM message_search"
+            " WHERE message_search MATCH ? AND rowid > ?"
+            + ("" if past is None else " AND seq > ?")
+            + " ORDER BY rowid LIMIT ?"
         )
-    ]
-    answered = list(itertools.takewhile(lambda m: m.role != asker, said[:MAX_REPLIES]))
-    if (
-        not going_on
-        and len(answered) < len(said)
-        and said[len(answered)].role == asker
-        and all(english.acknowledges(m.text) for m in answered)
-    ):
-        answered.append(said[len(answered)])
-    return (*led, *answered)
+        while True:
+            args = (self._tag, rowid) if past is None else (self._tag, rowid, past)
+            rows = self._db.execute(query, (*args, _AFTER_BATCH)).fetchall()
+            yield from ((int(s), int(t), str(r), str(b)) for _, s, t, r, b in rows)
+            if len(rows) < _AFTER_BATCH:
+                return
+            rowid = rows[-1][0]
 
 
-def _after(db: sqlite3.Connection, tag: str, rowid: int) -> Iterator[Row]:
-    """The rows indexed after `rowid` in its conversation, in order, read as needed."""
-    while True:
-        rows = db.execute(
-            "SELECT rowid, seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
-            " AND rowid > ? ORDER BY rowid LIMIT ?",
-            (tag, rowid, _AFTER_BATCH),
-        ).fetchall()
-        yield from ((int(s), int(t), str(r), str(b)) for _, s, t, r, b in rows)
-        if len(rows) < _AFTER_BATCH:
-            return
-        rowid = rows[-1][0]
+def _said(seq: int, turn: int, role: str, parts: Iterable[Row]) -> SearchHit:
+    return SearchHit(seq, turn, role, "".join(part for *_, part in parts).strip(), 0.0)
 
 
 def whole(rows: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:

@@ -23,10 +23,11 @@ sides call each other by left out.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence, Set
 from typing import TypeVar
 
 import orjson
@@ -35,7 +36,7 @@ from proxy import english
 from proxy.messages import Message, role, text_of
 from proxy.store import relevance
 from proxy.store.base import ArchivedMessage, ConvKey, SearchHit, StoreError
-from proxy.store.replies import replies, whole
+from proxy.store.replies import Replies, whole
 
 T = TypeVar("T")
 
@@ -142,13 +143,15 @@ def search(
     limit: int,
     *,
     asks: bool = True,
+    forwarded: Set[str] = frozenset(),
 ) -> list[SearchHit]:
     """The best `limit` hits above the relevance floor, best first.
 
     A word given with its other forms matches by any of them; the floor counts
     them as one word, under the first. A capitalised word is a name, which the
     floor weighs as `proxy.store.relevance` says, as it does words searched
-    for a turn that asks nothing (`asks` false).
+    for a turn that asks nothing (`asks` false). Hits whose text is among the
+    `forwarded` ones carry no replies.
     """
     forms = _grouped(words)
     wanted = list(forms)[:MAX_WORDS]
@@ -184,18 +187,18 @@ def search(
         " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank, seq DESC, rowid LIMIT ?",
         (query, orjson.dumps(eligible).decode(), limit),
     ).fetchall()
-    # FTS5's bm25() is lower-is-better; hits report higher-is-better.
-    return [
-        SearchHit(
-            int(s),
-            int(t),
-            str(r),
-            str(b).strip(),
-            -float(x),
-            replies(db, tag, rowid, (int(s), str(r), str(b)), n),
-        )
-        for n, (rowid, s, t, r, b, x) in enumerate(rows)
-    ]
+    # FTS5's bm25() is lower-is-better; hits report higher-is-better. What the model
+    # reads already needs no reply, nor counts among the replied.
+    followed = Replies(db, tag)
+    hits: list[SearchHit] = []
+    replied = 0
+    for rowid, s, t, r, b, x in rows:
+        hit = SearchHit(int(s), int(t), str(r), str(b).strip(), -float(x))
+        if hit.text not in forwarded:
+            replies = followed.of(rowid, (hit.seq, hit.role, str(b)), replied)
+            hit, replied = dataclasses.replace(hit, replies=replies), replied + 1
+        hits.append(hit)
+    return hits
 
 
 def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
@@ -323,6 +326,7 @@ def search_messages(
     limit: int,
     *,
     asks: bool = True,
+    forwarded: Set[str] = frozenset(),
 ) -> list[SearchHit]:
     """`search` over messages no store holds yet, as it would run once they are archived.
 
@@ -332,7 +336,7 @@ def search_messages(
     try:
         create(db)
         add(db, 1, [(seq, "", message) for seq, message in enumerate(messages)])
-        return search(db, 1, words, limit, asks=asks)
+        return search(db, 1, words, limit, asks=asks, forwarded=forwarded)
     except sqlite3.Error as exc:
         raise StoreError(f"search index: {exc}") from exc
     finally:
@@ -425,9 +429,12 @@ class Searchable:
         *,
         limit: int,
         asks: bool = True,
+        forwarded: Set[str] = frozenset(),
     ) -> list[SearchHit]:
         words = list(words)
-        return await self._indexed(key, lambda db, c: search(db, c, words, limit, asks=asks), [])
+        return await self._indexed(
+            key, lambda db, c: search(db, c, words, limit, asks=asks, forwarded=forwarded), []
+        )
 
     async def unembedded(self, key: ConvKey, model: str, *, limit: int) -> list[tuple[int, str]]:
         return await self._indexed(key, lambda db, c: unembedded(db, c, model, limit), [])

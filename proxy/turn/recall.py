@@ -154,10 +154,10 @@ async def _search(
     forwarded = recall.as_searched(context)
     # Embeddings search the store alone: the history has no vectors yet.
     own = _own(unarchived, forwarded, dialect) if settings.method != "embeddings" else None
-    # Forwarded messages (and their passages) may rank first; ask for enough to skip them all.
-    limit = min(settings.k + len(forwarded), 1000)
+    # Forwarded messages (each of their passages) may rank first; ask for enough to skip them.
+    limit = min(settings.k + recall.rows_of(context), 1000)
     try:
-        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, own)
+        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, forwarded, own)
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
@@ -189,6 +189,7 @@ async def _ranked(
     headers: dict[str, str],
     limit: int,
     context: Sequence[str],
+    forwarded: frozenset[str],
     own: tuple[Sequence[Message], bool] | None,
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
@@ -209,7 +210,8 @@ async def _ranked(
     searched_own = False
     if method != "embeddings":
         terms, asks = recall.terms(question), english.asks(question)
-        lexical, searched_own = await _lexical(ctx, key, terms, limit, own, asks)
+        searched = Searched(terms, limit, asks, forwarded)
+        lexical, searched_own = await _lexical(ctx, key, searched, own)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None or searched_own:
@@ -223,7 +225,6 @@ async def _ranked(
     semantic = await ctx.store.nearest(
         key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
     )
-    forwarded = recall.as_searched(context)
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset()
@@ -266,17 +267,35 @@ def _own(
     return turn.history[:at], turn.continues
 
 
+@dataclass(frozen=True)
+class Searched:
+    """What a lexical search asks: the `terms` (of a turn that `asks` something or not),
+    how many hits, and the texts the model reads already (no replies looked up)."""
+
+    terms: Sequence[str | tuple[str, ...]]
+    limit: int
+    asks: bool
+    forwarded: frozenset[str]
+
+    async def in_store(self, ctx: AppContext, key: ConvKey) -> list[SearchHit]:
+        return await ctx.store.search(
+            key, self.terms, limit=self.limit, asks=self.asks, forwarded=self.forwarded
+        )
+
+    def in_history(self, history: Sequence[Message]) -> list[SearchHit]:
+        return search_messages(
+            history, self.terms, self.limit, asks=self.asks, forwarded=self.forwarded
+        )
+
+
 async def _lexical(
     ctx: AppContext,
     key: ConvKey,
-    terms: Sequence[str | tuple[str, ...]],
-    limit: int,
+    searched: Searched,
     own: tuple[Sequence[Message], bool] | None,
-    asks: bool,
 ) -> tuple[list[SearchHit], bool]:
-    """The BM25 hits for `terms` (of a turn that `asks` something or not), and whether
-    they come from the turn's `own` history (then the store's embeddings, numbered
-    otherwise, cannot be fused with them).
+    """The BM25 hits of the `searched`, and whether they come from the turn's `own`
+    history (then the store's embeddings, numbered otherwise, cannot be fused with them).
 
     That history is searched in place of the store when the turn continues a
     stored snapshot (it holds what the store archived of its chain; the store
@@ -286,21 +305,21 @@ async def _lexical(
     one that cannot be reached answers nothing.
     """
     if own is None:
-        return await ctx.store.search(key, terms, limit=limit, asks=asks), False
+        return await searched.in_store(ctx, key), False
     history, continues = own
     if not continues:
         try:
-            hits = await ctx.store.search(key, terms, limit=limit, asks=asks)
+            hits = await searched.in_store(ctx, key)
         except StoreError:
             ctx.metrics.store_errors.labels("search").inc()
             hits = []
         if hits:
             return hits, False
     try:
-        hits = await asyncio.to_thread(search_messages, history, terms, limit, asks=asks)
+        hits = await asyncio.to_thread(searched.in_history, history)
     except Exception as exc:  # recall is an extra: a failing index costs it, not the request
         log.warning("recall for %s: indexing its history failed (%s)", key.conversation, exc)
         hits = []
     if hits or not continues:
         return hits, bool(hits)
-    return await ctx.store.search(key, terms, limit=limit, asks=asks), False
+    return await searched.in_store(ctx, key), False
