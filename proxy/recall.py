@@ -23,7 +23,6 @@ from .english import (
     FORMS,
     FRAMING,
     MANNER,
-    PASSAGE,
     SENTENCE,
     STOPWORDS,
     forms,
@@ -92,22 +91,19 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(porter(form for w in words(text) for form in forms(w)))
 
 
-def as_searched(texts: Iterable[str]) -> frozenset[str]:
+def as_searched(texts: Iterable[str]) -> tuple[frozenset[str], int]:
     """`texts` as a search returns them: whole, and a long one also by its passages
     (`english.passages`), so that a hit on a passage of a forwarded message is known
-    as forwarded."""
+    as forwarded; and how many index rows they make (repeats counted)."""
     out: set[str] = set()
+    rows = 0
     for text in texts:
         out.add(text)
-        if len(text) > PASSAGE:
-            out.update(part.strip() for part in passages(text))
-    return frozenset(out)
-
-
-def rows_of(texts: Iterable[str]) -> int:
-    """How many index rows `texts` make: one each, a long one one per passage (repeats
-    counted, which `as_searched` folds)."""
-    return sum(len(passages(text)) for text in texts)
+        parts = passages(text)
+        rows += len(parts)
+        if len(parts) > 1:
+            out.update(part.strip() for part in parts)
+    return frozenset(out), rows
 
 
 def fresh(
@@ -117,6 +113,7 @@ def fresh(
     k: int,
     *,
     unjudged: Set[int] = frozenset(),
+    forwarded: Set[str] | None = None,
 ) -> list[SearchHit]:
     """The first `k` hits that tell the model something `context` does not already.
 
@@ -138,9 +135,12 @@ def fresh(
     - the question itself, and repeats of an earlier hit, are skipped;
     - a hit keeps the replies it carries only when it asks about the question,
       and only those neither forwarded nor quoted already.
+
+    `forwarded` is `as_searched(context)`'s texts, when the caller has them.
     """
     wanted = stems(question)
-    forwarded = as_searched(context)
+    if forwarded is None:
+        forwarded, _ = as_searched(context)
     # The scan over the context only serves the hits the rules judge.
     judged = any(h.seq not in unjudged for h in hits)
     covered = covering(context, wanted) if judged else []

@@ -179,8 +179,9 @@ def test_passages_are_a_texts_sentences_cut_into_runs(text: str) -> None:
 
 def test_a_forwarded_long_message_is_known_by_its_passages() -> None:
     long = "\n".join(f"Line {i}: the train was late again." for i in range(40))
-    seen = recall.as_searched(["short one", long])
+    seen, rows = recall.as_searched(["short one", long])
     assert {"short one", long} <= seen
+    assert rows == 1 + len(english.passages(long)) > 2
     assert all(part.strip() in seen for part in english.passages(long))
     # A hit on a passage of a forwarded message is no recall.
     part = english.passages(long)[3].strip()

@@ -29,7 +29,7 @@ from proxy.store.base import (
     dumps,
     loads,
 )
-from proxy.store.search import ArchiveSearch, Searchable
+from proxy.store.indexed import ArchiveSearch, Searchable
 
 # TTLCache needs a finite ttl; a century stands in for "never expire".
 _NO_EXPIRY_S = 100 * 365 * 24 * 3600.0

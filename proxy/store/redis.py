@@ -44,7 +44,7 @@ from proxy.store.base import (
     dumps,
     loads,
 )
-from proxy.store.search import ArchiveSearch, Searchable
+from proxy.store.indexed import ArchiveSearch, Searchable
 
 _HMGET_CHUNK = 500
 

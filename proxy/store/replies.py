@@ -36,9 +36,9 @@ class Replies:
 
     def __init__(self, db: sqlite3.Connection, tag: str) -> None:
         self._db, self._tag = db, tag
-        self._answered: dict[tuple[int, str, bool], tuple[SearchHit, ...]] = {}
+        self._answered: dict[tuple[int, bool], tuple[SearchHit, ...]] = {}
 
-    def of(self, rowid: int, hit: tuple[int, str, str], rank: int) -> tuple[SearchHit, ...]:
+    def of(self, rowid: int, hit: SearchHit, rank: int) -> tuple[SearchHit, ...]:
         """What followed a hit that asks something: the messages after it up to the next
         of its role, led by its message's next passage when its message goes on.
 
@@ -50,8 +50,8 @@ class Replies:
         speaker's turn a user message, the other role answering "ok", or nothing).
         Only the best `REPLIED` hits are looked up.
         """
-        seq, asker, text = hit
-        if rank >= REPLIED or not relevance.questions(text):
+        seq, asker = hit.seq, hit.role
+        if rank >= REPLIED or not relevance.questions(hit.text):
             return ()
         # The rest of its message: its next passage that says something.
         rest = itertools.takewhile(lambda row: row[0] == seq, self._rows(rowid))
@@ -59,7 +59,7 @@ class Replies:
             SearchHit(s, t, r, b.strip(), 0.0)
             for s, t, r, b in itertools.islice((row for row in rest if row[3].strip()), 1)
         ]
-        key = (seq, asker, bool(led))
+        key = (seq, bool(led))  # a message has one role
         if key not in self._answered:
             self._answered[key] = self._answers(rowid, seq, asker, going_on=bool(led))
         return (*led, *self._answered[key])

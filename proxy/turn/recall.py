@@ -151,11 +151,11 @@ async def _search(
         for i, m in enumerate(reduction.messages)
         if i != at and role(m) in SEARCHED
     ]
-    forwarded = recall.as_searched(context)
+    forwarded, rows = recall.as_searched(context)
     # Embeddings search the store alone: the history has no vectors yet.
     own = _own(unarchived, forwarded, dialect) if settings.method != "embeddings" else None
     # Forwarded messages (each of their passages) may rank first; ask for enough to skip them.
-    limit = min(settings.k + recall.rows_of(context), 1000)
+    limit = min(settings.k + rows, 1000)
     try:
         hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, forwarded, own)
     except StoreError:
@@ -163,7 +163,9 @@ async def _search(
         return "", 0
     if unjudged:  # the question asks beyond its subject
         hits = await _detailed(hits, question, forwarded)
-    found = recall.fresh(hits, question, context, settings.k, unjudged=unjudged)
+    found = recall.fresh(
+        hits, question, context, settings.k, unjudged=unjudged, forwarded=forwarded
+    )
     budget = min(settings.max_tokens, room)
     while found:
         quoted = recall.quoted(found)

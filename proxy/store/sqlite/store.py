@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
-from proxy.store import search
+from proxy.store import indexed, search
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
@@ -50,7 +50,7 @@ T = TypeVar("T")
 log = logging.getLogger("context_proxy.store")
 
 
-class SqliteStore(search.Searchable):
+class SqliteStore(indexed.Searchable):
     """Conversations in a SQLite file at `path` (":memory:" works, but forgets on close).
 
     Conversations with no commit for `ttl_s` seconds read as absent at once
