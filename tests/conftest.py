@@ -9,12 +9,16 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from hypothesis import settings
+
+from proxy.store import Store, open_store
+from tests.factories import STORE_TTL, Clock
 
 settings.register_profile("repeatable", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
@@ -67,3 +71,27 @@ def reparsed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
     monkeypatch.setattr(Resend, "reparse", spy)
     return seen
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def make_store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: Clock
+) -> Callable[..., Store]:
+    """Opens a store of the parametrised backend; sqlite stores share one file, redis one db."""
+    url = "redis://127.0.0.1:1/0"
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        client.close()
+
+    def make(**options: Any) -> Store:
+        options = {"ttl_s": STORE_TTL, "now": clock, **options}
+        return open_store(request.param, path=str(tmp_path / "store.db"), url=url, **options)
+
+    return make

@@ -6,6 +6,21 @@ from typing import Any
 
 from proxy.messages import Message
 
+STORE_TTL = 3600  # seconds the stores the tests open keep an idle conversation
+
+
+class Clock:
+    """A store's clock that moves only when a test says."""
+
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
 
 def system(content: str = "You are a helpful assistant.") -> Message:
     return {"role": "system", "content": content}

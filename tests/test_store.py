@@ -36,48 +36,15 @@ from proxy.store import search as search_index
 from proxy.store.base import SearchHit
 from proxy.store.schema import migrate
 from proxy.store.search import search_messages
-from tests.factories import assistant, call, system, tool, user
+from tests.factories import STORE_TTL, Clock, assistant, call, system, tool, user
 
 ALICE = ConvKey("a" * 64, "chat-1")
 MALLORY = ConvKey("b" * 64, "chat-1")
-TTL = 3600
+TTL = STORE_TTL
 TABLES = ("conversations", "messages", "snapshots", "working")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-
-
 Factory = Callable[..., Store]
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Factory:
-    """Opens a store of the parametrised backend; sqlite stores share one file, redis one db."""
-    url = "redis://127.0.0.1:1/0"
-    if request.param == "redis":
-        url = request.getfixturevalue("redis_url")
-        client = redis.Redis.from_url(url)
-        client.flushdb()
-        client.close()
-
-    def make(**options: Any) -> Store:
-        options = {"ttl_s": TTL, "now": clock, **options}
-        return open_store(request.param, path=str(tmp_path / "store.db"), url=url, **options)
-
-    return make
 
 
 @pytest_asyncio.fixture
@@ -275,6 +242,24 @@ async def test_an_edit_archives_a_sibling_branch(store: Store) -> None:
 
     assert len(archived) == 5 + 2
     assert archived[-2].parent == archived[2].hash == archived[3].parent
+
+
+@pytest.mark.asyncio
+async def test_a_chain_is_read_back_from_its_last_message_along_its_branch(
+    store: Store, clock: Clock
+) -> None:
+    messages = await commit_turns(store, ALICE, 2)
+    await store.commit(turn(ALICE, [*messages[:3], user("question 1, reworded")]))
+    archived = await store.archive(ALICE)
+    edited = [*messages[:3], user("question 1, reworded"), archived[-1].message]
+
+    assert await store.chain(ALICE, archived[-1].hash, limit=100) == edited
+    assert await store.chain(ALICE, archived[-1].hash, limit=2) == edited[-2:]
+    assert await store.chain(ALICE, archived[4].hash, limit=3) == messages[2:5]
+    assert await store.chain(ALICE, "not archived", limit=5) == []
+    assert await store.chain(MALLORY, archived[-1].hash, limit=5) == []
+    clock.advance(TTL + 1)
+    assert await store.chain(ALICE, archived[-1].hash, limit=5) == []
 
 
 @pytest.mark.asyncio

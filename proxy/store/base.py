@@ -191,6 +191,11 @@ class Store(Protocol):
         """Archived messages in the order they were first stored, all branches included."""
         ...
 
+    async def chain(self, key: ConvKey, last: str, *, limit: int) -> list[Message]:
+        """The archived message with chain hash `last` and those it follows, oldest first:
+        at most `limit` of them, fewer where the chain starts (none if it is not archived)."""
+        ...
+
     async def search(
         self,
         key: ConvKey,

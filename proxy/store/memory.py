@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from cachetools import TTLCache
 
+from proxy.messages import Message
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
@@ -137,6 +138,14 @@ class MemoryStore(Searchable):
             return []
         rows = list(stored.archive.items())[offset : offset + max(0, limit)]
         return [ArchivedMessage(h, parent, loads(m), seq) for h, (parent, m, seq) in rows]
+
+    async def chain(self, key: ConvKey, last: str, *, limit: int) -> list[Message]:
+        stored = self._cache.get(key)
+        found: list[Message] = []
+        while stored is not None and last in stored.archive and len(found) < limit:
+            last, message, _ = stored.archive[last]
+            found.append(loads(message))
+        return found[::-1]
 
     async def _indexed(
         self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T

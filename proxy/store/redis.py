@@ -29,6 +29,7 @@ from typing import Any, TypeVar, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
+from proxy.messages import Message
 from proxy.store import search
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
@@ -47,6 +48,19 @@ from proxy.store.base import (
 from proxy.store.indexed import ArchiveSearch, Searchable
 
 _HMGET_CHUNK = 500
+
+# A message's archived value and its ancestors', newest first, walked in Redis: one
+# round trip however long the walk.
+_CHAIN = """
+local found, last, limit = {}, ARGV[1], tonumber(ARGV[2])
+while #found < limit do
+  local value = redis.call('HGET', KEYS[1], last)
+  if not value then break end
+  found[#found + 1] = value
+  last = cjson.decode(value)[1]
+end
+return found
+"""
 
 _COMMIT = """
 local conv, msgs, order, snaps, snapturns, tidx, gidx = unpack(KEYS)
@@ -114,6 +128,7 @@ class RedisStore(Searchable):
         self._prefix = prefix
         self._now = now
         self._commit = self._redis.register_script(_COMMIT)
+        self._chain = self._redis.register_script(_CHAIN)
         self._search = ArchiveSearch()
 
     def _keys(self, key: ConvKey) -> list[str]:
@@ -217,6 +232,15 @@ class RedisStore(Searchable):
             parent, message = loads(_present(value))
             archived.append(ArchivedMessage(h, parent, message, seq))
         return archived
+
+    async def chain(self, key: ConvKey, last: str, *, limit: int) -> list[Message]:
+        try:
+            if limit <= 0 or not await self._live(key):
+                return []
+            values = await self._chain(keys=[self._keys(key)[1]], args=[last, limit])
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        return [loads(value)[1] for value in reversed(cast("list[str]", values))]
 
     async def _indexed(
         self, key: ConvKey, op: Callable[[sqlite3.Connection, int], T], none: T

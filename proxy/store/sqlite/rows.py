@@ -8,20 +8,22 @@ or kept as rows (schema.py says when); these functions read and write it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from proxy.messages import Message
 from proxy.store.base import (
     ArchivedMessage,
     Conversation,
     ConversationSummary,
     ConvKey,
+    Snapshot,
     TurnCommit,
     WorkingLayout,
     dumps,
     loads,
 )
-from proxy.store.schema import LIST_CONVERSATIONS, SELECT_WORKING, WALK_CHAIN
+from proxy.store.schema import LIST_CONVERSATIONS, SELECT_SNAPSHOTS, SELECT_WORKING, WALK_CHAIN
 
 T = TypeVar("T")
 
@@ -86,6 +88,26 @@ def listing(
         ConversationSummary(ConvKey(t, c), turns, pos, count, created, updated)
         for t, c, turns, pos, created, updated, count in found
     ]
+
+
+def snapshot(
+    db: sqlite3.Connection, key: ConvKey, heads: Sequence[str], cutoff: float
+) -> Snapshot | None:
+    """The live snapshot whose head comes latest in `heads` (`Store.find_snapshot`)."""
+    # Scan from the end: the newest turn's head is usually the last or second-to-last
+    # message, so one query settles it. A chunk matches at most `max_snapshots` rows,
+    # so reading them whole is cheap. No read transaction: a commit landing between two
+    # chunks can only add a head this scan has passed, as if the scan had come first.
+    for end, size in chunks(len(heads)):
+        chunk = heads[max(0, end - size) : end]
+        marks = ",".join("?" * len(chunk))
+        sql = f"{SELECT_SNAPSHOTS} AND s.head IN ({marks})"
+        found = {row[0]: row for row in db.execute(sql, (*key, cutoff, *chunk))}
+        for head in reversed(chunk):
+            if head in found:
+                _, position, state, created_at = found[head]
+                return Snapshot(head, position, loads(state), created_at)
+    return None
 
 
 def chunks(n: int) -> list[tuple[int, int]]:
@@ -164,6 +186,11 @@ def working_of_chain(
         raise sqlite3.DatabaseError("the archived chain of the working history is incomplete")
     texts = [message for _, message in rows]
     return [*texts[:leading], *texts[start:]]
+
+
+def chain(db: sqlite3.Connection, cid: int, last: str, limit: int) -> list[Message]:
+    """The archived message `last` and those it follows, oldest first, at most `limit`."""
+    return [loads(m) for _, m in db.execute(WALK_CHAIN, (cid, last, limit))]
 
 
 def archived(db: sqlite3.Connection, cid: int, digest: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
+from proxy.messages import Message
 from proxy.store import indexed, search
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
@@ -35,7 +36,6 @@ from proxy.store.schema import (
     DATA_VERSION,
     DELETE_IDLE,
     LIVE_POSITION,
-    SELECT_SNAPSHOTS,
     migrate,
 )
 from proxy.store.schema import check as check_schema
@@ -292,22 +292,7 @@ class SqliteStore(indexed.Searchable):
             await asyncio.wait([queued])
 
         def job(db: sqlite3.Connection) -> Snapshot | None:
-            # Scan from the end: the newest turn's head is usually the last
-            # or second-to-last message, so one query settles it. A chunk
-            # matches at most `max_snapshots` rows, so reading them whole is cheap.
-            # No read transaction: a commit landing between two chunks can only
-            # add a head this scan has passed, as if the scan had come first.
-            for end, size in rows.chunks(len(heads)):
-                chunk = heads[max(0, end - size) : end]
-                marks = ",".join("?" * len(chunk))
-                sql = f"{SELECT_SNAPSHOTS} AND s.head IN ({marks})"
-                params = (key.tenant, key.conversation, self._cutoff(), *chunk)
-                found = {row[0]: row for row in db.execute(sql, params)}
-                for head in reversed(chunk):
-                    if head in found:
-                        _, position, state, created_at = found[head]
-                        return Snapshot(head, position, loads(state), created_at)
-            return None
+            return rows.snapshot(db, key, heads, self._cutoff())
 
         reader = self._reader
         if reader is None:  # an in-memory database exists on the worker's connection only
@@ -372,9 +357,17 @@ class SqliteStore(indexed.Searchable):
     async def archive(
         self, key: ConvKey, *, limit: int = 1000, offset: int = 0
     ) -> list[ArchivedMessage]:
-        def job(db: sqlite3.Connection) -> list[ArchivedMessage]:
+        return await self._archived(key, lambda db, c: rows.archived_page(db, c, limit, offset))
+
+    async def chain(self, key: ConvKey, last: str, *, limit: int) -> list[Message]:
+        return await self._archived(key, lambda db, cid: rows.chain(db, cid, last, limit))
+
+    async def _archived(
+        self, key: ConvKey, op: Callable[[sqlite3.Connection, int], list[T]]
+    ) -> list[T]:
+        def job(db: sqlite3.Connection) -> list[T]:
             cid = rows.live_id(db, key, self._cutoff())
-            return [] if cid is None else rows.archived_page(db, cid, limit, offset)
+            return [] if cid is None else op(db, cid)
 
         return await self._run(lambda db: rows.read(db, lambda: job(db)))
 
