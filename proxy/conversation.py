@@ -85,8 +85,39 @@ class Turn:
     position: int
     prior: SnapshotState
     continued: bool
+    # The archive's hash of the history's last message, which the answer chains from:
+    # `head` unless the store holds the history under a longer chain (`Archived`).
+    tip: str
     # Chain hashes of every message of `history`, when known (full-history mode).
     hashes: tuple[str, ...] = ()
+
+    @property
+    def rooted(self) -> bool:
+        """Whether the archive chains this turn's messages from its own first one."""
+        return self.tip == self.head
+
+
+@dataclass(frozen=True, slots=True)
+class Archived:
+    """The first `count` messages of a request the store holds already, though no
+    snapshot matched it, the last of them archived as `hash`.
+
+    A client that trims its own history resends a window of what was stored:
+    its chain starts at the window's first message, the archive's at the
+    conversation's, so only what follows the window is new.
+    """
+
+    count: int
+    hash: str
+
+
+def window_end(incoming: Sequence[bytes], leading: int, answer: bytes) -> int:
+    """Where a window of the stored conversation would end in a request (by digests):
+    after the last copy of the stored `answer` past its `leading` instructions; 0: none."""
+    for end in range(len(incoming), leading, -1):
+        if incoming[end - 1] == answer:
+            return end
+    return 0
 
 
 def reconcile_full(
@@ -94,8 +125,13 @@ def reconcile_full(
     hashes: Sequence[str],
     position: int | None,
     prior: Mapping[str, Any] | None,
+    archived: Archived | None = None,
 ) -> Turn:
-    """The client resent its whole history; `position`/`prior` are the matched snapshot, if any."""
+    """The client resent its whole history; `position`/`prior` are the matched snapshot, if any.
+
+    `archived` says how much of it the store holds though no snapshot matched:
+    only what follows is archived, chained from there.
+    """
     leading, body = split_leading(incoming)
     state = ReductionState()
     continued = False
@@ -108,16 +144,26 @@ def reconcile_full(
         if covered <= candidate.tail_start <= max(0, position - len(leading)) <= len(body):
             state, continued = candidate, True
     p = position if continued and position is not None else 0
+    parent = hashes[p - 1] if p > 0 else ""
+    if continued and stored is not None and stored.archived_head:
+        parent = stored.archived_head  # the snapshot's turn was archived under a longer chain
+    elif not continued and archived is not None and 0 < archived.count <= len(incoming):
+        p, parent = archived.count, archived.hash
+    new = tuple(incoming[p:])
+    rooted = parent == (hashes[p - 1] if p > 0 else "")
+    new_hashes = tuple(hashes[p:]) if rooted else tuple(chain_hashes(new, parent))
+    head = hashes[-1] if hashes else ""
     return Turn(
         history=tuple(incoming),
         working=Working(tuple(leading), tuple(body[state.tail_start :]), state),
-        new=tuple(incoming[p:]),
-        new_hashes=tuple(hashes[p:]),
-        parent=hashes[p - 1] if p > 0 else "",
-        head=hashes[-1] if hashes else "",
+        new=new,
+        new_hashes=new_hashes,
+        parent=parent,
+        head=head,
         position=len(incoming),
         prior=stored if continued and stored is not None else SnapshotState(),
         continued=continued,
+        tip=new_hashes[-1] if new_hashes else parent,
         hashes=tuple(hashes),
     )
 
@@ -149,4 +195,5 @@ def reconcile_append(
         position=stored_position + len(new),
         prior=stored,
         continued=True,
+        tip=hashes[-1],
     )

@@ -65,13 +65,13 @@ def turn_commit(outcome: Outcome, answer: Sequence[Message], now: float) -> Turn
     any number of output items (reasoning, calls, a message) in other dialects.
     """
     turn, reduction = outcome.turn, outcome.reduction
-    answer_hashes = chain_hashes(answer, turn.head)
+    answer_hashes = chain_hashes(answer, turn.tip)
     answer_hash = answer_hashes[-1]
     parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
     entries = [
         ArchiveEntry(h, p, m) for h, p, m in zip(turn.new_hashes, parents, turn.new, strict=True)
     ]
-    answer_parents = (turn.head, *answer_hashes[:-1])
+    answer_parents = (turn.tip, *answer_hashes[:-1])
     entries += [
         ArchiveEntry(h, p, m) for h, p, m in zip(answer_hashes, answer_parents, answer, strict=True)
     ]
@@ -88,10 +88,13 @@ def turn_commit(outcome: Outcome, answer: Sequence[Message], now: float) -> Turn
             summaries_made=outcome.summaries_made,
             summarizer_tokens=outcome.summarizer_tokens,
         ),
+        archived_head="" if turn.rooted else turn.tip,
     ).to_json()
     snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=now)
     layout = None
-    if turn.hashes and evicted >= 0:
+    # The layout names working messages by chain hashes the archive has: not those
+    # of a request the archive chains from further back.
+    if turn.hashes and evicted >= 0 and turn.rooted:
         leading = len(turn.working.leading)
         start = leading + reduction.state.tail_start
         layout = WorkingLayout(

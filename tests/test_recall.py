@@ -300,8 +300,8 @@ def test_a_client_trimming_its_own_history_still_gets_what_the_store_archived(
     r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
     forwarded = upstream.chat_requests()[-1]["messages"]
     assert r.headers["x-context-reduction"] != "none", "the proxy reduced the request too"
-    # (Each request extending none, the store archives it anew: the fact is there often.)
-    assert f" user] {PASSPORT}\n" in forwarded[-2]["content"]
+    # Archived once, where it was said (each window is not archived anew).
+    assert f"[turn 5, user] {PASSPORT}" in forwarded[-2]["content"].splitlines()
 
 
 def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
@@ -325,7 +325,8 @@ def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
         sent = [system("You are a travel agent."), *history[-150:]]
         r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
     assert int(r.headers["x-context-recall"]) >= 1
-    assert f" user] {fact}\n" in upstream.chat_requests()[-1]["messages"][-2]["content"]
+    block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+    assert f"[turn 5, user] {fact}" in block.splitlines()
 
 
 @pytest.mark.parametrize("method", ["lexical", "hybrid"])

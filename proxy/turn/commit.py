@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..messages import Message
+from ..messages import Message, digest
 from ..outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from ..store import Conflict, StoreError
 from .background import embed_next, prepare_next
@@ -41,6 +41,7 @@ async def commit(
             written = await ctx.store.commit(turn, wait=turn.expected_turns is not None)
             if written is not None:
                 written.add_done_callback(functools.partial(_written, ctx, outcome))
+            ctx.sessions.stored(outcome.key, digest(answer[-1]))
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:

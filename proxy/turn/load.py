@@ -17,10 +17,11 @@ from .. import conversation as conv
 from ..dialects import Dialect
 from ..dialects.chat_completions import CHAT
 from ..errors import ProxyError
-from ..messages import Message, chain_hashes, digest
+from ..messages import Message, chain_hashes, digest, split_leading
 from ..store import ConvKey, StoreError
 from ..tokens import RequestCounts
 from .fairness import GROUP_STEP, let_others_run
+from .state import SnapshotState
 
 if TYPE_CHECKING:
     from ..context import AppContext
@@ -123,6 +124,9 @@ async def _full(
         ctx.metrics.store_errors.labels("find_snapshot").inc()
         log.warning("store unreachable; reducing %s without stored state", key.conversation)
         snapshot, stateless = None, True
+    archived = None
+    if snapshot is None and not stateless:
+        archived = await _trimmed(ctx, key, messages, digests)
     if len(messages) - seen > GROUP_STEP:  # reconciling and counting it hold the loop next
         await let_others_run()
     turn = conv.reconcile_full(
@@ -130,7 +134,42 @@ async def _full(
         hashes,
         snapshot.position if snapshot else None,
         snapshot.state if snapshot else None,
+        archived,
     )
     count = RequestCounts(ctx.counter, model, turn.history, digests, counts, seen)
     extends = snapshot.head if snapshot is not None else ""
     return Loaded(turn, count, stateless, None, digests, hashes, extends)
+
+
+async def _trimmed(
+    ctx: AppContext, key: ConvKey, messages: list[Message], digests: list[bytes]
+) -> conv.Archived | None:
+    """How much of a request that extends no snapshot the store holds already.
+
+    A client that trims its own history resends its instructions and a
+    window of the stored conversation ending with the answer stored last,
+    then what is new: when the store's instructions and the archived chain
+    up to that answer are those messages, only what follows them is new.
+    The store is asked only when the request holds the answer this process
+    stored last.
+    """
+    answer = ctx.sessions.last_answer(key)
+    if answer is None or answer not in digests:
+        return None
+    try:
+        stored = await ctx.store.latest(key)
+        state = SnapshotState.from_json(stored.state) if stored is not None else None
+        if stored is None or state is None or not state.answer_hash or not stored.working:
+            return None
+        leading = len(split_leading(messages)[0])
+        instructions = [digest(m) for m in stored.working[: state.leading]]
+        end = conv.window_end(digests, leading, digest(stored.working[-1]))
+        if leading != state.leading or digests[:leading] != instructions or not end:
+            return None
+        chain = await ctx.store.chain(key, state.answer_hash, limit=end - leading)
+    except StoreError:
+        ctx.metrics.store_errors.labels("latest").inc()
+        return None
+    if [digest(m) for m in chain] != digests[leading:end]:
+        return None  # a window the client changed, or one this store never held
+    return conv.Archived(end, state.answer_hash)

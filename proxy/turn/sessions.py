@@ -9,7 +9,10 @@ its `Session`:
 - `recalled`: the recall block its current question got, so the requests of
   the same turn (tool results) repeat it verbatim;
 - `response`: the id of its latest Responses answer and that answer's chain
-  hash, so that a request chained to it (`previous_response_id`) continues it.
+  hash, so that a request chained to it (`previous_response_id`) continues it;
+- `answer`: the digest of the last message its latest stored turn ends with,
+  so that a request resending it but extending no snapshot (a client that
+  trims its history) is looked for in the store (see `turn.load`).
 
 Sessions are bounded together, by roughly the bytes they hold, and dropped
 least recently used first. `forget(key)` drops one at once: after it,
@@ -71,6 +74,7 @@ class Session:
     recalled: Recalled | None = None
     openings: set[Hashable] = field(default_factory=set)
     response: tuple[str, str] | None = None  # the latest answer's id and chain hash
+    answer: bytes | None = None  # the digest of the latest stored turn's last message
 
     @property
     def weight(self) -> int:
@@ -152,6 +156,16 @@ class Sessions:
         session.openings.add(mark)
         session.response = (response_id, answer_hash)
         self._store(key, session)
+
+    def stored(self, key: ConvKey, answer: bytes) -> None:
+        """The conversation's latest stored turn ends with a message of digest `answer`."""
+        session = self._sessions.get(key) or Session()
+        session.answer = answer
+        self._store(key, session)
+
+    def last_answer(self, key: ConvKey) -> bytes | None:
+        session = self._sessions.get(key)
+        return session.answer if session is not None else None
 
     def chained(self, tenant: str, response_id: str) -> tuple[ConvKey, str] | None:
         """The conversation whose latest answer had this id, and that answer's chain hash."""

@@ -91,21 +91,28 @@ class SnapshotState:
     `reduction` is where the verbatim tail starts and the summaries standing
     in for what came before; `answer_hash` chains the turn's answer, which
     the next append-mode turn extends; `stats` sums the conversation so far.
+    `archived_head` is the archive's hash of the snapshot's head message when
+    the archive chains it from further back than the request did (a client
+    trimming its history, `conversation.Archived`); "" when it is the head.
     """
 
     leading: int = 0
     reduction: ReductionState = field(default_factory=ReductionState)
     answer_hash: str = ""
     stats: Stats = field(default_factory=Stats)
+    archived_head: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        state = {
             "version": VERSION,
             "leading": self.leading,
             "reduction": reduction_to_json(self.reduction),
             "answer_hash": self.answer_hash,
             "stats": self.stats.to_json(),
         }
+        if self.archived_head:  # rare: most states do without it
+            state["archived_head"] = self.archived_head
+        return state
 
     @classmethod
     def from_json(cls, data: Any) -> SnapshotState | None:
@@ -120,6 +127,7 @@ class SnapshotState:
             reduction=reduction_from_json(data.get("reduction")),
             answer_hash=str(data.get("answer_hash", "")),
             stats=Stats.from_json(data.get("stats")),
+            archived_head=str(data.get("archived_head", "")),
         )
 
 
