@@ -15,12 +15,15 @@ turns forwarded, tokens forwarded against the whole history, and false recalls
 (a recall block for a question nothing in the conversation answers); for a
 replayed configuration also the replay's own requests that got a recall block,
 and those that extended the request before them as an exact prefix (what a
-provider's prompt cache needs).
+provider's prompt cache needs). A client that resends only its last messages
+has its tokens counted against what it sent, and the rows its store archived
+a message said.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import re
@@ -71,6 +74,8 @@ class Score:
     fired: int = 0
     followed: int = 0  # requests with one before them in their conversation
     extended: int = 0
+    said: int = 0  # messages the replayed conversations hold
+    archived: int = 0  # rows the store archived for them
 
     @property
     def found_share(self) -> float:
@@ -98,6 +103,8 @@ class Score:
             if self.replayed
             else ""
         )
+        if self.said:
+            replay += f", {self.archived / self.said:.2f} archived rows a message"
         return (
             f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
             f"({self.found}/{self.answerable})  evidence turns {self.turns_share:6.1%}  "
@@ -145,11 +152,14 @@ def evaluate(
     max_tokens: int = 1200,
     plain: bool = False,
     replay: bool = True,
+    trim: int | None = None,
 ) -> Score:
     """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off).
 
     Without `replay` the proxy meets each conversation with its whole history
-    at the question (an app that starts using it mid-conversation).
+    at the question (an app that starts using it mid-conversation). With
+    `trim` the app resends its instructions and only its last `trim` messages,
+    and the score counts the rows the store archived.
     """
     from starlette.testclient import TestClient
 
@@ -165,7 +175,7 @@ def evaluate(
                 for i, message in enumerate(convo.messages if replay else ()):
                     if message["role"] == "assistant" and i:
                         upstream.answer, upstream.last = message["content"], []
-                        response = _send(client, convo.messages[:i], headers)
+                        response = _send(client, _window(convo.messages[:i], trim), headers)
                         if response.status_code != 200:
                             raise RuntimeError(f"replay request {i}: {response.text}")
                         score.replayed += 1
@@ -174,6 +184,9 @@ def evaluate(
                             score.followed += 1
                             score.extended += upstream.last[: len(before)] == before
                         before = upstream.last
+            if trim is not None:
+                score.said += len(convo.messages)
+                score.archived += _rows(replayed)
             upstream.answer = "ok"
             for j, question in enumerate(convo.questions):
                 copy = Path(tmp) / f"c{number}-q{j}.db"
@@ -182,10 +195,24 @@ def evaluate(
                 settings = _settings(copy, window, recall, method, k, max_tokens)
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
-                    response = _send(client, asked, headers)
+                    response = _send(client, _window(asked, trim), headers)
                 extra = _plain_top(convo.messages, question.text, k) if plain else []
                 _score(score, question, convo.messages, upstream.last, response, extra)
     return score
+
+
+def _window(messages: list[dict[str, str]], trim: int | None) -> list[dict[str, str]]:
+    """What an app resending only its last `trim` messages (and its instructions) sends."""
+    if trim is None:
+        return messages
+    leading = [m for m in messages[:1] if m["role"] == "system"]
+    return [*leading, *messages[len(leading) :][-trim:]]
+
+
+def _rows(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        (count,) = db.execute("SELECT COUNT(*) FROM messages").fetchone()
+    return int(count)
 
 
 def _settings(
@@ -301,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
     met = evaluate(conversations, "... history met whole", window=args.window, replay=False)
     print(met.line())
+    trimmed = evaluate(conversations, "... client keeps 60 messages", window=args.window, trim=60)
+    print(trimmed.line())
     for variant, made in VARIANTS.items() if not args.file else ():
         changed = [made(seed) for seed in range(len(conversations))]
         print(evaluate(changed, f"... {variant}", window=args.window).line())
