@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .dialects import Dialect
@@ -24,7 +24,7 @@ from .dialects.chat_completions import CHAT
 from .errors import ProxyError
 from .messages import Message, canonical, chain_hashes, is_leading, split_leading
 from .reduction.types import ReductionState, Working
-from .turn.state import SnapshotState
+from .turn.state import SnapshotState, Stats
 
 MAX_ID_LENGTH = 200
 _ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -100,7 +100,8 @@ class Turn:
 @dataclass(frozen=True, slots=True)
 class Archived:
     """The first `count` messages of a request the store holds already, though no
-    snapshot matched it, the last of them archived as `hash`.
+    snapshot matched it, the last of them archived as `hash`; `stats` are the
+    conversation's so far, which the turn adds to.
 
     A client that trims its own history resends a window of what was stored:
     its chain starts at the window's first message, the archive's at the
@@ -109,6 +110,7 @@ class Archived:
 
     count: int
     hash: str
+    stats: Stats = field(default_factory=Stats)
 
 
 def window_end(incoming: Sequence[bytes], leading: int, answer: bytes) -> int:
@@ -145,10 +147,11 @@ def reconcile_full(
             state, continued = candidate, True
     p = position if continued and position is not None else 0
     parent = hashes[p - 1] if p > 0 else ""
+    before = stored if continued and stored is not None else SnapshotState()
     if continued and stored is not None and stored.archived_head:
         parent = stored.archived_head  # the snapshot's turn was archived under a longer chain
     elif not continued and archived is not None and 0 < archived.count <= len(incoming):
-        p, parent = archived.count, archived.hash
+        p, parent, before = archived.count, archived.hash, SnapshotState(stats=archived.stats)
     new = tuple(incoming[p:])
     rooted = parent == (hashes[p - 1] if p > 0 else "")
     new_hashes = tuple(hashes[p:]) if rooted else tuple(chain_hashes(new, parent))
@@ -161,7 +164,7 @@ def reconcile_full(
         parent=parent,
         head=head,
         position=len(incoming),
-        prior=stored if continued and stored is not None else SnapshotState(),
+        prior=before,
         continued=continued,
         tip=new_hashes[-1] if new_hashes else parent,
         hashes=tuple(hashes),

@@ -255,6 +255,7 @@ async def test_a_chain_is_read_back_from_its_last_message_along_its_branch(
 
     assert await store.chain(ALICE, archived[-1].hash, limit=100) == edited
     assert await store.chain(ALICE, archived[-1].hash, limit=2) == edited[-2:]
+    assert await store.chain(ALICE, archived[-1].hash, limit=0) == []
     assert await store.chain(ALICE, archived[4].hash, limit=3) == messages[2:5]
     assert await store.chain(ALICE, "not archived", limit=5) == []
     assert await store.chain(MALLORY, archived[-1].hash, limit=5) == []

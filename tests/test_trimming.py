@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -24,7 +25,7 @@ from proxy.messages import Message, chain_hashes, digest
 from proxy.mock import MockUpstream
 from proxy.outcome import Outcome, turn_commit
 from proxy.reduction.types import Reduction
-from proxy.store import ConvKey, Store
+from proxy.store import ConvKey, Store, StoreError
 from proxy.store.base import ArchivedMessage, Conversation
 from proxy.turn.state import SnapshotState
 
@@ -109,6 +110,7 @@ def test_a_trimming_clients_messages_are_archived_once_in_one_chain(make_store: 
     assert contents(latest.working) == contents([SYSTEM, *said[-WINDOW - 1 :]])
     state = SnapshotState.from_json(latest.state)
     assert state is not None and state.answer_hash == archive[-1].hash
+    assert state.stats.turns == 30, "the conversation's figures add up across its turns"
 
 
 def test_a_window_the_proxy_reduces_is_still_archived_once(make_store: Factory) -> None:
@@ -156,6 +158,33 @@ def test_a_window_the_client_changed_is_archived_anew_and_nothing_is_lost(
     texts = [a.message["content"] for a in archive]
     assert texts[: 1 + len(said)] == [m["content"] for m in [SYSTEM, *said]]
     assert "Actually, skip district 5." in texts and "What next?" in texts
+
+
+def test_other_instructions_are_archived_with_the_window(make_store: Factory) -> None:
+    with proxy(make_store) as (client, _, store):
+        said = trimming(client, 8, [])
+        post(client, [system("You are a museum guide."), *said[-WINDOW:], user("Next?")])
+        archive, _ = stored(client, store)
+    texts = contents([a.message for a in archive])
+    assert texts[: 1 + len(said)] == contents([SYSTEM, *said])
+    assert "You are a museum guide." in texts and texts[-2] == "Next?"
+
+
+def test_a_chain_the_store_cannot_read_leaves_the_window_archived_anew(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unreachable(*args: Any, **kwargs: Any) -> list[Message]:
+        raise StoreError("unreachable")
+
+    with proxy(make_store) as (client, _, store):
+        monkeypatch.setattr(store, "chain", unreachable)
+        said = trimming(client, 8, [])
+        archive, _ = stored(client, store)
+        errors = client.get("/metrics").text
+    texts = contents([a.message for a in archive])
+    assert set(texts) == set(contents([SYSTEM, *said])), "every message, some twice"
+    assert len(texts) > 1 + len(said)
+    assert 'context_proxy_store_errors_total{operation="chain"}' in errors
 
 
 def test_the_fast_path_off_changes_nothing_of_it(make_store: Factory) -> None:

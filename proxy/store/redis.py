@@ -49,15 +49,17 @@ from proxy.store.indexed import ArchiveSearch, Searchable
 
 _HMGET_CHUNK = 500
 
-# A message's archived value and its ancestors', newest first, walked in Redis: one
-# round trip however long the walk.
+# A message's archived value and its ancestors', newest first, walked inside Redis (one
+# call however long the walk). A value is `["<parent>", message]`: the parent, a hex
+# hash, is read off its start, never decoding a message (a tool result may be large).
 _CHAIN = """
 local found, last, limit = {}, ARGV[1], tonumber(ARGV[2])
 while #found < limit do
   local value = redis.call('HGET', KEYS[1], last)
   if not value then break end
   found[#found + 1] = value
-  last = cjson.decode(value)[1]
+  last = string.match(value, '^%["(%x*)"')
+  if not last then break end
 end
 return found
 """

@@ -41,7 +41,8 @@ async def commit(
             written = await ctx.store.commit(turn, wait=turn.expected_turns is not None)
             if written is not None:
                 written.add_done_callback(functools.partial(_written, ctx, outcome))
-            ctx.sessions.stored(outcome.key, digest(answer[-1]))
+            if outcome.turn.hashes:  # a full-history turn: the next may resend a window
+                ctx.sessions.stored(outcome.key, digest(answer[-1]))
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:

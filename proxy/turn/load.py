@@ -156,6 +156,7 @@ async def _trimmed(
     answer = ctx.sessions.last_answer(key)
     if answer is None or answer not in digests:
         return None
+    operation = "latest"
     try:
         stored = await ctx.store.latest(key)
         state = SnapshotState.from_json(stored.state) if stored is not None else None
@@ -165,11 +166,12 @@ async def _trimmed(
         instructions = [digest(m) for m in stored.working[: state.leading]]
         end = conv.window_end(digests, leading, digest(stored.working[-1]))
         if leading != state.leading or digests[:leading] != instructions or not end:
-            return None
+            return None  # other instructions are new: they are archived with the rest
+        operation = "chain"
         chain = await ctx.store.chain(key, state.answer_hash, limit=end - leading)
-    except StoreError:
-        ctx.metrics.store_errors.labels("latest").inc()
+    except StoreError:  # the window is archived anew: more rows, nothing lost
+        ctx.metrics.store_errors.labels(operation).inc()
         return None
     if [digest(m) for m in chain] != digests[leading:end]:
         return None  # a window the client changed, or one this store never held
-    return conv.Archived(end, state.answer_hash)
+    return conv.Archived(end, state.answer_hash, state.stats)

@@ -190,6 +190,8 @@ def working_of_chain(
 
 def chain(db: sqlite3.Connection, cid: int, last: str, limit: int) -> list[Message]:
     """The archived message `last` and those it follows, oldest first, at most `limit`."""
+    if limit <= 0:  # the walk's first row comes whatever its bound
+        return []
     return [loads(m) for _, m in db.execute(WALK_CHAIN, (cid, last, limit))]
 
 

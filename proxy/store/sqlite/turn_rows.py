@@ -57,7 +57,8 @@ class TurnRows:
     @property
     def size(self) -> int:
         """Bytes of text the turn writes (the WAL holds them until a checkpoint)."""
-        return len(self.state) + sum(len(e[2]) for e in self.entries)
+        texts = sum(map(len, self.texts)) if self.texts is not None else 0
+        return len(self.state) + sum(len(e[2]) for e in self.entries) + texts
 
     def write(
         self,
