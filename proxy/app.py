@@ -325,13 +325,13 @@ async def admin_conversation(request: Request) -> Response:
             ctx.forget(key)
             deleted = await ctx.store.delete(key)
             if not deleted:
-                raise ProxyError(404, "No such conversation.", code="conversation_not_found")
+                raise _no_such(request)
             return Response(
                 orjson.dumps({"id": key.conversation, "deleted": True}), media_type=JSON
             )
         latest = await ctx.store.latest(key)
         if latest is None:
-            raise ProxyError(404, "No such conversation.", code="conversation_not_found")
+            raise _no_such(request)
         archive = await ctx.store.archive(key, limit=_int_param(request, "limit", 1000, 1, 100_000))
     except StoreError:
         raise ProxyError(503, "The store is unreachable.", type="server_error") from None
@@ -344,6 +344,17 @@ async def admin_conversation(request: Request) -> Response:
         "archive": [a.message for a in archive],
     }
     return Response(orjson.dumps(body), media_type=JSON)
+
+
+def _no_such(request: Request) -> ProxyError:
+    """A 404 that says whose conversations were looked at, when the request named nobody."""
+    message = "No such conversation."
+    if not request.query_params.get("tenant") and not request.headers.get("x-client-key"):
+        message += (
+            " Only keyless clients' conversations were searched: name the tenant with"
+            " ?tenant=<SHA-256 of the client's key> or the X-Client-Key header."
+        )
+    return ProxyError(404, message, code="conversation_not_found")
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:

@@ -379,8 +379,13 @@ def test_admin_routes_need_the_token() -> None:
         assert h.client.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
         r = h.client.get(url, headers={"Authorization": "Bearer adm"})
         assert r.status_code == 200 and len(r.json()["archive"]) == 2
+        # Without the tenant only keyless clients' conversations are looked at: the 404 says so.
+        nobody = h.client.get("/admin/conversations/c9", headers={"Authorization": "Bearer adm"})
+        assert nobody.status_code == 404 and "?tenant=" in nobody.json()["error"]["message"]
         assert h.client.delete(url, headers={"Authorization": "Bearer adm"}).status_code == 200
-        assert h.client.get(url, headers={"Authorization": "Bearer adm"}).status_code == 404
+        gone = h.client.get(url, headers={"Authorization": "Bearer adm"})
+        assert gone.status_code == 404
+        assert gone.json()["error"]["message"] == "No such conversation."
 
 
 def test_recording_keeps_request_bodies_for_simulate(tmp_path: Any) -> None:
