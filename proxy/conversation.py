@@ -146,15 +146,17 @@ def reconcile_full(
         if covered <= candidate.tail_start <= max(0, position - len(leading)) <= len(body):
             state, continued = candidate, True
     p = position if continued and position is not None else 0
-    parent = hashes[p - 1] if p > 0 else ""
     before = stored if continued and stored is not None else SnapshotState()
+    archived_at = ""  # the archive's hash to chain the new messages from, if not the request's
     if continued and stored is not None and stored.archived_head:
-        parent = stored.archived_head  # the snapshot's turn was archived under a longer chain
+        archived_at = stored.archived_head  # the snapshot's turn was archived further back
     elif not continued and archived is not None and 0 < archived.count <= len(incoming):
-        p, parent, before = archived.count, archived.hash, SnapshotState(stats=archived.stats)
+        p, archived_at, before = archived.count, archived.hash, SnapshotState(stats=archived.stats)
     new = tuple(incoming[p:])
-    rooted = parent == (hashes[p - 1] if p > 0 else "")
-    new_hashes = tuple(hashes[p:]) if rooted else tuple(chain_hashes(new, parent))
+    if archived_at:
+        parent, new_hashes = archived_at, tuple(chain_hashes(new, archived_at))
+    else:
+        parent, new_hashes = (hashes[p - 1] if p > 0 else ""), tuple(hashes[p:])
     head = hashes[-1] if hashes else ""
     return Turn(
         history=tuple(incoming),

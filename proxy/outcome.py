@@ -58,14 +58,20 @@ class Outcome:
         return found
 
 
-def turn_commit(outcome: Outcome, answer: Sequence[Message], now: float) -> TurnCommit:
+def turn_commit(
+    outcome: Outcome,
+    answer: Sequence[Message],
+    now: float,
+    digests: Sequence[bytes] | None = None,
+) -> TurnCommit:
     """The archive rows, snapshot and working history of a completed turn.
 
     `answer` is the items the upstream answered with: one message in chat,
-    any number of output items (reasoning, calls, a message) in other dialects.
+    any number of output items (reasoning, calls, a message) in other dialects;
+    `digests` are theirs, when the caller has them.
     """
     turn, reduction = outcome.turn, outcome.reduction
-    answer_hashes = chain_hashes(answer, turn.tip)
+    answer_hashes = chain_hashes(answer, turn.tip, digests)
     answer_hash = answer_hashes[-1]
     parents = (turn.parent, *turn.new_hashes)[: len(turn.new)]
     entries = [

@@ -239,6 +239,7 @@ def test_the_answer_chains_from_the_archive_and_the_next_turn_continues_there() 
     reduction = Reduction(tuple(incoming), turn.working.state, ("none",), 0)
     outcome = Outcome(CONV, turn, reduction, 0, 0, 0, False)
     commit = turn_commit(outcome, answer, 0.0)
+    assert turn_commit(outcome, answer, 0.0, [digest(m) for m in answer]) == commit
     tip = chain_hashes([incoming[-1]], "stored-tip")[0]
     assert [e.hash for e in commit.archive] == [tip, chain_hashes(answer, tip)[0]]
     assert [e.parent for e in commit.archive] == ["stored-tip", tip]

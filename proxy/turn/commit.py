@@ -32,9 +32,10 @@ async def commit(
 
     `answer_id` names the answer where a client may chain a request to it.
     """
+    digests = [digest(m) for m in answer]  # once, whatever the rebases
     for _ in range(MAX_REBASES):
         try:
-            turn = turn_commit(outcome, answer, time.time())
+            turn = turn_commit(outcome, answer, time.time(), digests)
             # A full-history turn need not be written before the answer goes
             # out: the store answers this process's next lookup from memory.
             # An append-mode turn may conflict, so it is awaited.
@@ -42,7 +43,7 @@ async def commit(
             if written is not None:
                 written.add_done_callback(functools.partial(_written, ctx, outcome))
             if outcome.turn.hashes:  # a full-history turn: the next may resend a window
-                ctx.sessions.stored(outcome.key, digest(answer[-1]))
+                ctx.sessions.stored(outcome.key, digests[-1])
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:
