@@ -304,6 +304,39 @@ def test_a_client_trimming_its_own_history_still_gets_what_the_store_archived(
     assert f"[turn 5, user] {PASSPORT}" in forwarded[-2]["content"].splitlines()
 
 
+def test_two_chats_that_open_alike_never_recall_each_other(
+    lexical: tuple[TestClient, MockUpstream],
+) -> None:
+    """One key serving many end users, no X-Conversation-Id: chats opening with the same
+    messages share a derived id as branches of one conversation, and recall stays in its
+    own branch, as does an edited chat's recall out of the branch its edit left."""
+    client, upstream = lexical
+    headers = {"Authorization": "Bearer sk-shared"}
+
+    def chat(*said: str) -> tuple[httpx.Response, list[Any]]:
+        history: list[Any] = [system("You are a helpful assistant."), user("Hi")]
+        r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+        for text in said:
+            history += [r.json()["choices"][0]["message"], user(text)]
+            r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+            assert r.status_code == 200, r.text
+        return r, history
+
+    secret = "My bank password is hunter2-ALICE, please keep it safe."
+    first, _ = chat(secret, *(filler(i) for i in range(60)))
+    r, _ = chat("What is my bank password?")
+    assert r.headers["x-conversation-id"] == first.headers["x-conversation-id"]
+    assert "hunter2" not in str(upstream.chat_requests()[-1]["messages"])
+    assert r.headers["x-context-recall"] == "0"
+
+    # The same user edits an early message: the text it replaced is not recalled.
+    chat("My locker code is 1111.", *(filler(i) for i in range(60)))
+    r, _ = chat("My locker code is 2468.", *(filler(i) for i in range(60)), "My locker code?")
+    forwarded = str(upstream.chat_requests()[-1]["messages"])
+    assert "2468" in forwarded and "1111" not in forwarded
+    assert r.headers["x-context-recall"] != "0"
+
+
 def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
     tmp_path: Path,
 ) -> None:

@@ -893,6 +893,38 @@ async def test_vectors_are_stored_per_message_and_ranked_by_cosine(store: Store)
     assert await store.nearest(ALICE, "emb", unit(1, 0, 0), limit=3, min_similarity=0) == []
 
 
+@pytest.mark.asyncio
+async def test_a_search_within_one_branch_never_reads_another(store: Store) -> None:
+    """Two chats that open alike are branches of one conversation: a search given one
+    branch's chain hashes finds neither the other's messages nor its answers."""
+    opening = [system(), user("Hi"), assistant("Hello!")]
+    asked = user("Where is the spare key hidden?")
+    mine = [*opening, asked, assistant("In the garage drawer, next to the tape.")]
+    theirs = [*opening, user("My bank password is hunter2, keep it safe.")]
+    await store.commit(turn(ALICE, theirs, assistant("Noted, your bank password is safe.")))
+    await store.commit(turn(ALICE, [*theirs[:3], asked], assistant("Under the blue flowerpot.")))
+    await store.commit(turn(ALICE, mine[:4], mine[4]))
+    branch = frozenset(chain_hashes(mine))
+    words = ["bank", "password", "hunter2"]
+
+    assert await store.search(ALICE, words, limit=5), "found when every branch is searched"
+    assert await store.search(ALICE, words, limit=5, within=branch) == []
+    (found,) = await store.search(ALICE, ["spare", "key", "hidden"], limit=5, within=branch)
+    assert found.text == asked["content"]
+    assert [r.text for r in found.replies] == ["In the garage drawer, next to the tape."]
+    every = await store.search(ALICE, ["spare", "key", "hidden"], limit=5)
+    assert "Under the blue flowerpot." in [r.text for h in every for r in h.replies]
+
+    pending = await store.unembedded(ALICE, "emb", limit=100)
+    await store.put_vectors(ALICE, "emb", [(seq, unit(1, 0, seq / 10)) for seq, _ in pending])
+    near = await store.nearest(ALICE, "emb", unit(1, 0, 0), limit=20, min_similarity=0.0)
+    assert any("hunter2" in h.text for h in near)
+    mine_only = await store.nearest(
+        ALICE, "emb", unit(1, 0, 0), limit=20, min_similarity=0.0, within=branch
+    )
+    assert mine_only and not any("hunter2" in h.text or "flowerpot" in h.text for h in mine_only)
+
+
 def a_session_in_one_message() -> list[Message]:
     """A whole exchange pasted as one message: 30 lines, one of them the fact."""
     lines = [f"Maya: Day {day} was long, the train was late again." for day in range(30)]

@@ -204,6 +204,7 @@ class Store(Protocol):
         limit: int,
         asks: bool = True,
         forwarded: Set[str] = frozenset(),
+        within: Set[str] | None = None,
     ) -> list[SearchHit]:
         """Archived user, assistant and tool messages matching `words`, best first (a long
         one by its passages, each a hit of its own).
@@ -214,7 +215,10 @@ class Store(Protocol):
         weigh against the hits. `asks` is false for the words of a turn that
         asks nothing, which the floor holds to rarer words. A hit that asks
         carries what answered it (`SearchHit.replies`), unless its text is
-        among the `forwarded` ones, which the model reads already.
+        among the `forwarded` ones, which the model reads already. `within`, the
+        chain hashes of one branch, keeps hits and replies to that branch: two
+        chats that open alike are branches of one conversation, and one never
+        reads the other's messages.
 
         Only hits above the relevance floor of `proxy.store.search` count; the
         index catches up with the archive first, so the newest turn is searchable.
@@ -232,9 +236,17 @@ class Store(Protocol):
         ...
 
     async def nearest(
-        self, key: ConvKey, model: str, vector: bytes, *, limit: int, min_similarity: float
+        self,
+        key: ConvKey,
+        model: str,
+        vector: bytes,
+        *,
+        limit: int,
+        min_similarity: float,
+        within: Set[str] | None = None,
     ) -> list[SearchHit]:
-        """Messages whose stored vectors are most similar to `vector` (cosine), best first."""
+        """Messages whose stored vectors are most similar to `vector` (cosine), best first;
+        only those `within` a branch (chain hashes), if given, as for `search`."""
         ...
 
     async def delete(self, key: ConvKey) -> bool:

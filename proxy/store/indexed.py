@@ -111,11 +111,14 @@ class Searchable:
         limit: int,
         asks: bool = True,
         forwarded: Set[str] = frozenset(),
+        within: Set[str] | None = None,
     ) -> list[SearchHit]:
         words = list(words)
-        return await self._indexed(
-            key, lambda db, c: search(db, c, words, limit, asks=asks, forwarded=forwarded), []
-        )
+
+        def op(db: sqlite3.Connection, conv: int) -> list[SearchHit]:
+            return search(db, conv, words, limit, asks=asks, forwarded=forwarded, within=within)
+
+        return await self._indexed(key, op, [])
 
     async def unembedded(self, key: ConvKey, model: str, *, limit: int) -> list[tuple[int, str]]:
         return await self._indexed(key, lambda db, c: unembedded(db, c, model, limit), [])
@@ -127,8 +130,16 @@ class Searchable:
         await self._indexed(key, lambda db, c: put_vectors(db, c, model, vectors), None)
 
     async def nearest(
-        self, key: ConvKey, model: str, vector: bytes, *, limit: int, min_similarity: float
+        self,
+        key: ConvKey,
+        model: str,
+        vector: bytes,
+        *,
+        limit: int,
+        min_similarity: float,
+        within: Set[str] | None = None,
     ) -> list[SearchHit]:
-        return await self._indexed(
-            key, lambda db, c: nearest(db, c, model, vector, limit, min_similarity), []
-        )
+        def op(db: sqlite3.Connection, conv: int) -> list[SearchHit]:
+            return nearest(db, conv, model, vector, limit, min_similarity, within)
+
+        return await self._indexed(key, op, [])

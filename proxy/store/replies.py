@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import operator
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 
 from proxy import english
 from proxy.store import relevance
@@ -34,8 +34,8 @@ Row = tuple[int, int, str, str]  # seq, turn, role, body
 class Replies:
     """What followed the hits of one search; the messages after each message are read once."""
 
-    def __init__(self, db: sqlite3.Connection, tag: str) -> None:
-        self._db, self._tag = db, tag
+    def __init__(self, db: sqlite3.Connection, tag: str, within: Set[str] | None = None) -> None:
+        self._db, self._tag, self._within = db, tag, within
         self._answered: dict[tuple[int, bool], tuple[SearchHit, ...]] = {}
 
     def of(self, rowid: int, hit: SearchHit, rank: int) -> tuple[SearchHit, ...]:
@@ -88,9 +88,11 @@ class Replies:
 
     def _rows(self, rowid: int, *, past: int | None = None) -> Iterator[Row]:
         """The rows indexed after `rowid` in the conversation (of the messages after
-        message `past`, if given), in order, read in batches as needed."""
+        message `past`, if given), in order, read in batches as needed; another branch's
+        rows are passed over, as if they were not there."""
+        within = self._within
         query = (
-            "SELECT rowid, seq, turn, role, body FROM message_search"
+            "SELECT rowid, seq, turn, role, body, hash FROM message_search"
             " WHERE message_search MATCH ? AND rowid > ?"
             + ("" if past is None else " AND seq > ?")
             + " ORDER BY rowid LIMIT ?"
@@ -98,7 +100,11 @@ class Replies:
         while True:
             args = (self._tag, rowid) if past is None else (self._tag, rowid, past)
             rows = self._db.execute(query, (*args, _AFTER_BATCH)).fetchall()
-            yield from ((int(s), int(t), str(r), str(b)) for _, s, t, r, b in rows)
+            yield from (
+                (int(s), int(t), str(r), str(b))
+                for _, s, t, r, b, h in rows
+                if within is None or h in within
+            )
             if len(rows) < _AFTER_BATCH:
                 return
             rowid = rows[-1][0]

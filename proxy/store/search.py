@@ -63,7 +63,7 @@ CREATE_VECTORS = """
         PRIMARY KEY (conversation_id, model, seq)
     ) WITHOUT ROWID
 """
-_ROWIDS = "SELECT rowid, seq FROM message_search WHERE message_search MATCH ?"
+_ROWIDS = "SELECT rowid, seq, hash FROM message_search WHERE message_search MATCH ?"
 _BODIES = "SELECT body FROM message_search WHERE rowid IN (SELECT value FROM json_each(?))"
 # Rank by the body alone: every row of a conversation matches `conv` alike.
 SET_RANK = "INSERT INTO message_search (message_search, rank) VALUES ('rank', 'bm25(1.0, 0.0)')"
@@ -138,6 +138,7 @@ def search(
     *,
     asks: bool = True,
     forwarded: Set[str] = frozenset(),
+    within: Set[str] | None = None,
 ) -> list[SearchHit]:
     """The best `limit` hits above the relevance floor, best first.
 
@@ -145,7 +146,8 @@ def search(
     them as one word, under the first. A capitalised word is a name, which the
     floor weighs as `proxy.store.relevance` says, as it does words searched
     for a turn that asks nothing (`asks` false). Hits whose text is among the
-    `forwarded` ones carry no replies.
+    `forwarded` ones carry no replies. `within` (chain hashes) keeps hits and
+    replies to one branch of the conversation; None searches every branch.
     """
     forms = _grouped(words)
     wanted = list(forms)[:MAX_WORDS]
@@ -160,7 +162,7 @@ def search(
     ).fetchone()
     if not total:
         return []
-    postings = {w: _postings(db, tag, forms[w]) for w in wanted}
+    postings = {w: _postings(db, tag, forms[w], within) for w in wanted}
     names = [
         w
         for w, p in postings.items()
@@ -183,7 +185,7 @@ def search(
     ).fetchall()
     # FTS5's bm25() is lower-is-better; hits report higher-is-better. What the model
     # reads already needs no reply, nor counts among the replied.
-    followed = Replies(db, tag)
+    followed = Replies(db, tag, within)
     hits: list[SearchHit] = []
     replied = 0
     for rowid, s, t, r, b, x in rows:
@@ -213,10 +215,14 @@ def _match(forms: tuple[str, ...]) -> str:
     return "body : (" + " OR ".join(f'"{form}"' for form in forms) + ")"
 
 
-def _postings(db: sqlite3.Connection, tag: str, forms: tuple[str, ...]) -> dict[int, int]:
-    """The rows (passages) holding one of `forms`, with the message (seq) each is of."""
+def _postings(
+    db: sqlite3.Connection, tag: str, forms: tuple[str, ...], within: Set[str] | None
+) -> dict[int, int]:
+    """The rows (passages) holding one of `forms`, with the message (seq) each is of; only
+    the rows of messages `within` a branch, if given."""
     query = f"{tag} AND {_match(forms)}"
-    return {int(rowid): int(seq) for rowid, seq in db.execute(_ROWIDS, (query,))}
+    rows = db.execute(_ROWIDS, (query,))
+    return {int(r): int(seq) for r, seq, h in rows if within is None or h in within}
 
 
 def _addressed(db: sqlite3.Connection, word: str, rowids: Iterable[int]) -> bool:
@@ -282,8 +288,10 @@ def nearest(
     vector: bytes,
     limit: int,
     min_similarity: float,
+    within: Set[str] | None = None,
 ) -> list[SearchHit]:
-    """The `limit` messages most similar to `vector` (cosine), at or above `min_similarity`."""
+    """The `limit` messages most similar to `vector` (cosine), at or above `min_similarity`,
+    of those `within` a branch (chain hashes) if given."""
     import numpy as np  # the `embeddings` extra; only embeddings recall gets here
 
     query = np.frombuffer(vector, dtype=np.float32)
@@ -303,11 +311,15 @@ def nearest(
     chosen = {rows[i][0]: float(similarity[i]) for i in best if similarity[i] >= min_similarity}
     if not chosen:
         return []
-    found = db.execute(
-        "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
-        " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq, rowid",
-        (_tag(conv), orjson.dumps(list(chosen)).decode()),
-    ).fetchall()
+    found = [
+        (s, t, r, b)
+        for s, t, r, b, h in db.execute(
+            "SELECT seq, turn, role, body, hash FROM message_search WHERE message_search MATCH ?"
+            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq, rowid",
+            (_tag(conv), orjson.dumps(list(chosen)).decode()),
+        )
+        if within is None or h in within
+    ]
     said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
     texts = whole((int(s), str(b)) for s, _, _, b in found)
     hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]

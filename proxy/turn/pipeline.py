@@ -187,12 +187,15 @@ async def plan(
     recalled: int | None = None
     if ctx.settings.recall.enabled:
         turn = loaded.turn
-        unarchived = None
+        unarchived, lineage = None, None
         if mode != "append":  # what the store lacks of the history the client sent
             archived = len(turn.history) - len(turn.new)
             unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
+            # The archive holds this history under its own chain hashes: recall reads
+            # that branch alone, never a chat that only opened alike (another user's).
+            lineage = frozenset(turn.hashes) if turn.rooted and turn.hashes else None
         reduction, recalled = await recall_into(
-            ctx, key, reduction, model, reserved, headers, wire.items, unarchived
+            ctx, key, reduction, model, reserved, headers, wire.items, unarchived, lineage
         )
     if loaded.stateless:
         reduction = with_kind(reduction, "stateless")

@@ -71,6 +71,7 @@ async def recall_into(
     headers: dict[str, str],
     dialect: Dialect,
     unarchived: Unarchived | None = None,
+    lineage: frozenset[str] | None = None,
 ) -> tuple[Reduction, int]:
     """`reduction` with a recall block before its last user message, and how many hits it quotes.
 
@@ -79,7 +80,9 @@ async def recall_into(
     block verbatim, so the turn's requests share their prefix. A turn whose
     history the store lacks part of (`unarchived`: the proxy meets a
     conversation with its history, or lost its store) has that history
-    searched too, as the archive will be once the turn is stored.
+    searched too, as the archive will be once the turn is stored. With a
+    `lineage` (the chain hashes of the turn's history), only that branch of
+    the archive is searched.
     """
     at = recall.question_index(reduction.messages, dialect)
     if at < 0:
@@ -94,7 +97,7 @@ async def recall_into(
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
         content, found = await _search(
-            ctx, key, reduction, at, model, side, room, unarchived, dialect
+            ctx, key, reduction, at, model, side, room, unarchived, dialect, lineage
         )
         ctx.sessions.recalled(key, Recalled(asked, content, found))
     if not found:
@@ -136,6 +139,7 @@ async def _search(
     room: int,
     unarchived: Unarchived | None,
     dialect: Dialect,
+    lineage: frozenset[str] | None,
 ) -> tuple[str, int]:
     """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
 
@@ -157,7 +161,9 @@ async def _search(
     # Forwarded messages (each of their passages) may rank first; ask for enough to skip them.
     limit = min(settings.k + rows, 1000)
     try:
-        hits, unjudged = await _ranked(ctx, key, question, headers, limit, context, forwarded, own)
+        hits, unjudged = await _ranked(
+            ctx, key, question, headers, limit, context, forwarded, own, lineage
+        )
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
         return "", 0
@@ -193,6 +199,7 @@ async def _ranked(
     context: Sequence[str],
     forwarded: frozenset[str],
     own: tuple[Sequence[Message], bool] | None,
+    lineage: frozenset[str] | None,
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
@@ -212,7 +219,7 @@ async def _ranked(
     searched_own = False
     if method != "embeddings":
         terms, asks = recall.terms(question), english.asks(question)
-        searched = Searched(terms, limit, asks, forwarded)
+        searched = Searched(terms, limit, asks, forwarded, lineage)
         lexical, searched_own = await _lexical(ctx, key, searched, own)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
@@ -225,7 +232,12 @@ async def _ranked(
         log.info("recall for %s: embedding the question failed (%s)", key.conversation, exc)
         return lexical, unjudged
     semantic = await ctx.store.nearest(
-        key, embedder.model, vector, limit=limit, min_similarity=ctx.settings.recall.min_similarity
+        key,
+        embedder.model,
+        vector,
+        limit=limit,
+        min_similarity=ctx.settings.recall.min_similarity,
+        within=lineage,
     )
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
@@ -272,16 +284,23 @@ def _own(
 @dataclass(frozen=True)
 class Searched:
     """What a lexical search asks: the `terms` (of a turn that `asks` something or not),
-    how many hits, and the texts the model reads already (no replies looked up)."""
+    how many hits, the texts the model reads already (no replies looked up), and the
+    branch of the archive searched (`lineage`; None: all of it)."""
 
     terms: Sequence[str | tuple[str, ...]]
     limit: int
     asks: bool
     forwarded: frozenset[str]
+    lineage: frozenset[str] | None = None
 
     async def in_store(self, ctx: AppContext, key: ConvKey) -> list[SearchHit]:
         return await ctx.store.search(
-            key, self.terms, limit=self.limit, asks=self.asks, forwarded=self.forwarded
+            key,
+            self.terms,
+            limit=self.limit,
+            asks=self.asks,
+            forwarded=self.forwarded,
+            within=self.lineage,
         )
 
     def in_history(self, history: Sequence[Message]) -> list[SearchHit]:
