@@ -190,6 +190,64 @@ def test_two_conversations_sharing_a_derived_id_summarise_as_if_apart(tmp_path: 
     assert "context_proxy_summary_waits_total 0.0" in waits
 
 
+@contextlib.contextmanager
+def two_processes(tmp_path: Path) -> Iterator[tuple[list[TestClient], MockUpstream]]:
+    """Two apps on one SQLite file and one upstream, as `serve --workers 2` runs them."""
+    upstream = MockUpstream()
+    config = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
+            "CONTEXT_PROXY_REDUCTION_STRATEGY": "summarize",
+        },
+        overrides={"models": {"windows": {"tiny": WINDOW}}},
+    )
+    apps = [
+        create_app(
+            config,
+            transport=httpx.ASGITransport(upstream.app),
+            store=SqliteStore(str(tmp_path / "shared.db")),
+        )
+        for _ in range(2)
+    ]
+    with TestClient(apps[0]) as first, TestClient(apps[1]) as second:
+        yield [first, second], upstream
+
+
+def test_a_summary_prepared_by_one_process_serves_the_turn_another_process_takes(
+    tmp_path: Path,
+) -> None:
+    """Turns alternate between two processes: each neither prepares what the other is
+    preparing nor summarises at the crossing what the other prepared, so the
+    conversation costs the summaries, and forwards the reductions, of one process."""
+    turns = 40
+
+    def run(clients: list[TestClient]) -> list[str]:
+        history: list[Any] = [system("You plan trips.")]
+        headers = {"Authorization": f"Bearer {KEY}", "X-Conversation-Id": "trip"}
+        kinds = []
+        for i in range(turns):
+            client = clients[i % len(clients)]
+            history.append(user(line("ann", i)))
+            r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+            assert r.status_code == 200, r.text
+            kinds.append(r.headers["x-context-reduction"])
+            history.append(r.json()["choices"][0]["message"])
+            for each in clients:
+                settle(each)
+        return kinds
+
+    with proxy(tmp_path, "alone") as (client, upstream):
+        alone = run([client])
+        summaries = len(upstream.summary_requests())
+    with two_processes(tmp_path) as (clients, upstream):
+        shared = run(clients)
+        assert len(upstream.summary_requests()) == summaries
+        waits = [c.get("/metrics").text for c in clients]
+    assert summaries >= 3 and "summarized" in alone, "long enough to be summarised"
+    assert shared == alone
+    assert all("context_proxy_summary_waits_total 0.0" in w for w in waits)
+
+
 def count(db: Path, table: str) -> int:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         found: int = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]

@@ -169,6 +169,11 @@ class ReductionState:
     summaries: tuple[SummaryBlock, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def stretch(self) -> tuple[int, int]:
+        """Which stretch between reductions this state belongs to: one per reduction."""
+        return (self.tail_start, len(self.summaries))
+
 
 @dataclass(frozen=True)
 class Working:

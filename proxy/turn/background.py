@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Hashable
 from typing import TYPE_CHECKING, Any
 
 from ..embeddings import Embedder, embed_pending
-from ..reduction.types import ReductionState, SummaryRequest
+from ..reduction.types import SummaryRequest
 from ..store import ConvKey, StoreError
 from ..summarizer import SummarizerUnavailable
 from ..upstream import openai_side
@@ -63,11 +63,6 @@ class Background:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def stretch(state: ReductionState) -> tuple[int, int]:
-    """Which stretch between reductions a state belongs to: its tail's start and summaries."""
-    return (state.tail_start, len(state.summaries))
-
-
 def prepare_next(ctx: AppContext, outcome: Outcome, branch: Branch) -> None:
     """Summarise what the branch's next reduction will evict, now that the client has its answer.
 
@@ -76,7 +71,7 @@ def prepare_next(ctx: AppContext, outcome: Outcome, branch: Branch) -> None:
     """
     if not outcome.reduction.prepare:
         return
-    now = stretch(outcome.reduction.state)
+    now = outcome.reduction.state.stretch
     if branch.stretch == now:
         return
     job = _prepare(ctx, outcome, branch, outcome.reduction.prepare[0])

@@ -33,6 +33,10 @@ async def commit(
     `answer_id` names the answer where a client may chain a request to it.
     """
     digests = [digest(m) for m in answer]  # once, whatever the rebases
+    # Started before the turn is written, so its state tells the process serving the
+    # next turn that a preparation is under way (`SnapshotState.prepared_for`).
+    if outcome.branch is not None:
+        prepare_next(ctx, outcome, outcome.branch)
     for _ in range(MAX_REBASES):
         try:
             turn = turn_commit(outcome, answer, time.time(), digests)
@@ -67,11 +71,8 @@ async def commit(
 
 def _continue_branch(ctx: AppContext, outcome: Outcome, head: str) -> None:
     """The branch's next turn extends the snapshot `head`: its preparations move there."""
-    branch = outcome.branch
-    if branch is None:
-        return
-    prepare_next(ctx, outcome, branch)
-    ctx.sessions.advance(outcome.key, branch, head)
+    if outcome.branch is not None:
+        ctx.sessions.advance(outcome.key, outcome.branch, head)
 
 
 def _written(ctx: AppContext, outcome: Outcome, done: asyncio.Future[Any]) -> None:

@@ -161,7 +161,7 @@ async def plan(
     """Load, reconcile and reduce the turn: what goes upstream, and what to store after."""
     model = str(payload["model"])
     loaded = await load(ctx, key, messages, model, mode, resend, wire.items)
-    branch = ctx.sessions.branch(key, loaded.extends)
+    branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
     defined = ctx.counter.count_definitions(model, wire.definitions(payload))

@@ -20,7 +20,6 @@ from ..reduction import reduce
 from ..reduction.tail import Tail
 from ..reduction.types import KINDS, ContextTooLarge, Reduction, is_masked
 from ..summarizer import SummarizerUnavailable
-from .background import stretch
 from .fairness import GROUP_STEP, grouped_in_steps
 from .load import Loaded
 from .sessions import Branch
@@ -58,7 +57,7 @@ async def reduce_turn(
         return unreduced, 0, 0
     # A stretch that has its preparation already needs no other, and without
     # one to compute the core answers a turn near the trigger at a glance.
-    preparing = branch.stretch != stretch(turn.working.state)
+    preparing = branch.stretch != turn.working.state.stretch
     policy = ctx.policy(strategy, preparing=preparing, dialect=dialect)
     budget = ctx.budget(model, reserved)
     prepared = branch.texts

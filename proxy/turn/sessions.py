@@ -32,6 +32,7 @@ from cachetools import LRUCache
 
 from ..fastpath.known import Known
 from ..store import ConvKey
+from .state import SnapshotState
 
 # Bytes all sessions may hold (their remembered requests dominate).
 SESSION_BYTES = 64 * 1024 * 1024
@@ -176,11 +177,26 @@ class Sessions:
         found_id, answer_hash = session.response
         return (key, answer_hash) if found_id == response_id else None
 
-    def branch(self, key: ConvKey, extends: str) -> Branch:
-        """The branch whose next turn extends the snapshot with head `extends` (new if none)."""
+    def branch(self, key: ConvKey, extends: str, stored: SnapshotState | None = None) -> Branch:
+        """The branch whose next turn extends the snapshot with head `extends`.
+
+        None kept (another process served the snapshot's turn): a new one, with
+        what the `stored` snapshot says was prepared for its stretch, and what
+        this process prepared for that stretch in an earlier turn. Texts are
+        keyed by what they summarise, so one prepared on another branch fits
+        only a request to summarise the very same messages.
+        """
         session = self._sessions.get(key)
         found = session.branches.get(extends) if session is not None else None
-        return found if found is not None else Branch()
+        if found is not None:
+            return found
+        if stored is None or stored.prepared_for is None:
+            return Branch()
+        texts: dict[str, str] = {}
+        for mine in session.branches.values() if session is not None else ():
+            if mine.stretch == stored.prepared_for:
+                texts.update(mine.texts)
+        return Branch(stored.prepared_for, {**texts, **stored.prepared})
 
     def advance(self, key: ConvKey, branch: Branch, head: str) -> None:
         """A turn of `branch` stored the snapshot `head`: the branch's next turn extends it."""

@@ -94,6 +94,10 @@ class SnapshotState:
     `archived_head` is the archive's hash of the snapshot's head message when
     the archive chains it from further back than the request did (a client
     trimming its history, `conversation.Archived`); "" when it is the head.
+    `prepared_for` is the stretch (`ReductionState.stretch`) a summary is being
+    prepared for in the background, and `prepared` the texts prepared so far,
+    by their request's key: the process serving the next turn, whichever it is,
+    neither prepares again nor, at the crossing, summarises again.
     """
 
     leading: int = 0
@@ -101,6 +105,8 @@ class SnapshotState:
     answer_hash: str = ""
     stats: Stats = field(default_factory=Stats)
     archived_head: str = ""
+    prepared_for: tuple[int, int] | None = None
+    prepared: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         state = {
@@ -112,6 +118,9 @@ class SnapshotState:
         }
         if self.archived_head:  # rare: most states do without it
             state["archived_head"] = self.archived_head
+        if self.prepared_for is not None:  # only near a reduction
+            state["prepared_for"] = list(self.prepared_for)
+            state["prepared"] = dict(self.prepared)
         return state
 
     @classmethod
@@ -128,6 +137,8 @@ class SnapshotState:
             answer_hash=str(data.get("answer_hash", "")),
             stats=Stats.from_json(data.get("stats")),
             archived_head=str(data.get("archived_head", "")),
+            prepared_for=_stretch(data.get("prepared_for")),
+            prepared=_texts(data.get("prepared")),
         )
 
 
@@ -147,6 +158,18 @@ def reduction_from_json(data: Any) -> ReductionState:
         summaries=tuple(SummaryBlock(str(t), int(c)) for t, c in data.get("summaries", [])),
         extra=dict(data.get("extra") or {}),
     )
+
+
+def _stretch(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, list) and len(value) == 2:
+        return (_int(value[0]), _int(value[1]))
+    return None
+
+
+def _texts(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
 def _int(value: Any) -> int:
