@@ -337,6 +337,28 @@ def test_two_chats_that_open_alike_never_recall_each_other(
     assert r.headers["x-context-recall"] != "0"
 
 
+def test_a_named_conversation_is_searched_whole_by_a_process_that_never_saw_it(
+    tmp_path: Path,
+) -> None:
+    """A trimming client's window chains into nothing a new process knows (after a restart,
+    or on another worker): the conversation it names is still searched whole."""
+    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
+    history: list[Any] = []
+    with in_process(tmp_path) as (client, _):
+        for i in range(1, 120):
+            history.append(user(PASSPORT if i == 5 else filler(i)))
+            sent = [system("You are a travel agent."), *history[-100:]]
+            r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+            assert r.status_code == 200, r.text
+            history.append(r.json()["choices"][0]["message"])
+    history.append(user("Remind me when my passport expires?"))
+    with in_process(tmp_path) as (client, upstream):
+        sent = [system("You are a travel agent."), *history[-100:]]
+        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+    assert r.status_code == 200, r.text
+    assert f"[turn 5, user] {PASSPORT}" in upstream.chat_requests()[-1]["messages"][-2]["content"]
+
+
 def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
     tmp_path: Path,
 ) -> None:

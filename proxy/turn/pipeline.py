@@ -100,8 +100,9 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     if lock is not None:
         await lock.acquire()
     try:
+        named = bool(given.get("x-conversation-id"))
         outcome = await plan(
-            ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key)
+            ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key), named
         )
         content = wire.render(body, payload, outcome.reduction.messages)  # forward
         url = ctx.url_for(wire.upstream_path, wire.provider)
@@ -157,8 +158,12 @@ async def plan(
     strategy: str,
     headers: dict[str, str],
     resend: Resend | None = None,
+    named: bool = False,
 ) -> Outcome:
-    """Load, reconcile and reduce the turn: what goes upstream, and what to store after."""
+    """Load, reconcile and reduce the turn: what goes upstream, and what to store after.
+
+    `named`: the client named the conversation (its id is not derived).
+    """
     model = str(payload["model"])
     loaded = await load(ctx, key, messages, model, mode, resend, wire.items)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
@@ -187,13 +192,16 @@ async def plan(
     recalled: int | None = None
     if ctx.settings.recall.enabled:
         turn = loaded.turn
-        unarchived, lineage = None, None
+        unarchived: Unarchived | None = None
+        lineage: frozenset[str] | None = None
         if mode != "append":  # what the store lacks of the history the client sent
             archived = len(turn.history) - len(turn.new)
             unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
-            # The archive holds this history under its own chain hashes: recall reads
-            # that branch alone, never a chat that only opened alike (another user's).
-            lineage = frozenset(turn.hashes) if turn.rooted and turn.hashes else None
+            # A derived id joins chats that only opened alike (another user's, maybe):
+            # recall reads the branch the archive holds this history under, by its chain
+            # hashes. A conversation the client named is its own to search whole.
+            if not named and turn.rooted and turn.hashes:
+                lineage = frozenset(turn.hashes)
         reduction, recalled = await recall_into(
             ctx, key, reduction, model, reserved, headers, wire.items, unarchived, lineage
         )
