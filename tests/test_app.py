@@ -433,3 +433,24 @@ def test_a_cookie_an_upstream_sets_never_reaches_another_request(h: Harness) -> 
         h.client.cookies.clear()
         h.chat([user("hello")], headers={"Authorization": f"Bearer {key}"})
     assert [c.request.headers.get("cookie") for c in h.router.calls] == [None] * 5
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/v1/chat/completions", {"model": "gpt-4o", "messages": [user("hi")]}),
+        ("/v1/responses", {"model": "gpt-4o", "input": "hi", "store": False}),
+        # The provider holds this one's history: it goes upstream as sent.
+        ("/v1/responses", {"model": "gpt-4o", "input": "hi", "previous_response_id": "resp_0"}),
+        ("/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 9, "messages": [user("hi")]}),
+    ],
+)
+def test_conversation_routes_forward_the_clients_query_string(
+    route: str, body: dict[str, Any]
+) -> None:
+    """Azure's deployments are chosen by `?api-version=`: a reduced turn goes with it too."""
+    for h in make({"CONTEXT_PROXY_ANTHROPIC_BASE_URL": "http://upstream.test"}):
+        h.router.post(route[3:]).respond(200, json={"id": "x"})
+        r = h.client.post(f"{route}?api-version=2025-04-01-preview", json=body, headers=KEY)
+        assert r.status_code == 200, r.text
+        assert h.router.calls.last.request.url.query == b"api-version=2025-04-01-preview"

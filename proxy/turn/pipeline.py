@@ -90,7 +90,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     if wire.server_state(payload) is not None:  # the provider holds the conversation
         chained = await continued(ctx, wire, payload, given)
         if chained is None:
-            return await as_sent(ctx, wire, body, headers, streaming)
+            return await as_sent(ctx, wire, body, headers, streaming, request.url.query)
         given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
         mode = "append"
     messages = wire.history(payload)
@@ -104,7 +104,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
             ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key)
         )
         content = wire.render(body, payload, outcome.reduction.messages)  # forward
-        url = ctx.url_for(wire.upstream_path, wire.provider)
+        url = ctx.url_for(wire.upstream_path, wire.provider, request.url.query)
         response = await send(ctx, url, content, headers, events=streaming)
         ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
@@ -249,10 +249,15 @@ async def continued(
 
 
 async def as_sent(
-    ctx: AppContext, wire: Wire, body: bytes, headers: dict[str, str], streaming: bool
+    ctx: AppContext,
+    wire: Wire,
+    body: bytes,
+    headers: dict[str, str],
+    streaming: bool,
+    query: str,
 ) -> Response:
     """Forward the request unchanged and relay the answer; nothing is reduced or stored."""
-    url = ctx.url_for(wire.upstream_path, wire.provider)
+    url = ctx.url_for(wire.upstream_path, wire.provider, query)
     response = await send(ctx, url, body, headers, events=streaming)
     refused = refused_operator_key(ctx.providers[wire.provider], response.status_code)
     if refused is not None:
