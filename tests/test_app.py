@@ -454,3 +454,19 @@ def test_conversation_routes_forward_the_clients_query_string(
         r = h.client.post(f"{route}?api-version=2025-04-01-preview", json=body, headers=KEY)
         assert r.status_code == 200, r.text
         assert h.router.calls.last.request.url.query == b"api-version=2025-04-01-preview"
+
+
+@pytest.mark.parametrize(
+    ("route", "field", "param"),
+    [("/v1/chat/completions", "messages", "messages"), ("/v1/responses", "input", "input")],
+)
+def test_a_history_too_large_for_the_window_names_the_routes_field(
+    route: str, field: str, param: str
+) -> None:
+    for h in make({"CONTEXT_PROXY_MODELS_TINY": "300"}):
+        r = h.client.post(
+            route, json={"model": "tiny", field: [system("word " * 2000), user("hi")]}, headers=KEY
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.json()["error"]["param"] == param

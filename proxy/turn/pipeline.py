@@ -167,7 +167,7 @@ async def plan(
     defined = ctx.counter.count_definitions(model, wire.definitions(payload))
     reserved = wire.reserved_output(payload) + defined
     reduction, made, spent = await reduce_turn(
-        ctx, loaded, model, reserved, strategy, headers, branch, memo, wire.items
+        ctx, loaded, model, reserved, strategy, headers, branch, memo, wire
     )
     if wire.provider == "anthropic" and ctx.settings.anthropic.count_tokens and strategy != "none":
         limit = ctx.budget(model, reserved).limit
@@ -177,7 +177,7 @@ async def plan(
             # which must lose all that was missed.
             reserved += math.ceil(missed / ctx.settings.reduction.trigger_ratio)
             reduction, more, tokens = await reduce_turn(
-                ctx, loaded, model, reserved, strategy, headers, branch, None, wire.items
+                ctx, loaded, model, reserved, strategy, headers, branch, None, wire
             )
             made, spent = made + more, spent + tokens
     if resend is not None and loaded.digests is not None and loaded.hashes is not None:
