@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -294,11 +295,20 @@ def test_upstream_errors_reach_the_client_unchanged(h: Harness) -> None:
         (httpx.ConnectTimeout("slow"), 502),
     ],
 )
-def test_transport_failures_map_to_502_and_504(h: Harness, exc: Exception, status: int) -> None:
+def test_transport_failures_map_to_502_and_504(
+    h: Harness, exc: Exception, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
     h.router.post("/chat/completions").mock(side_effect=exc)
-    r = h.chat([user("q")])
+    with caplog.at_level(logging.INFO, logger="context_proxy.access"):
+        r = h.chat([user("a private question")], headers={"X-Conversation-Id": "down"})
     assert r.status_code == status
     assert r.json()["error"]["type"] == "upstream_error"
+    # The request still has its one access line, with the status the client got.
+    lines = [rec for rec in caplog.records if rec.name == "context_proxy.access"]
+    assert len(lines) == 1
+    assert lines[0].__dict__["upstream_status"] == status
+    assert lines[0].__dict__["conversation"] == "down"
+    assert "private" not in lines[0].getMessage() and "sk-client-one" not in caplog.text
 
 
 class Disconnecting(httpx.AsyncBaseTransport):

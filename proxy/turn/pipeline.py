@@ -27,7 +27,7 @@ from ..dialects import Item, Wire
 from ..dialects.anthropic import ANTHROPIC_WIRE
 from ..dialects.chat_completions import CHAT_WIRE
 from ..dialects.responses import RESPONSES_WIRE
-from ..errors import ProxyError
+from ..errors import ProxyError, UpstreamError
 from ..fastpath import Resend
 from ..intake import check_content_type, read_body
 from ..outcome import Outcome
@@ -105,7 +105,11 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         )
         content = wire.render(body, payload, outcome.reduction.messages)  # forward
         url = ctx.url_for(wire.upstream_path, wire.provider, request.url.query)
-        response = await send(ctx, url, content, headers, events=streaming)
+        try:
+            response = await send(ctx, url, content, headers, events=streaming)
+        except UpstreamError as exc:  # no answer came: the line has the status the client gets
+            access_log(outcome, mode, strategy, exc.status, started)
+            raise
         ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
         )
@@ -322,7 +326,10 @@ def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
 
 
 def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
-    """One line per request: ids, reduction and sizes, never content or keys."""
+    """One line per request: ids, reduction and sizes, never content or keys.
+
+    `status` is the upstream's, or the proxy's own 502 or 504 when none answered.
+    """
     if not access.isEnabledFor(logging.INFO):
         return
     access.info(
