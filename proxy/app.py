@@ -361,6 +361,8 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    # str.isdigit() also takes digits int() refuses ('²'), and int() refuses a number
+    # of over 4300 digits: only a short run of ASCII digits is read.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 12) or not low <= int(raw) <= high:
         raise ProxyError(400, f"'{name}' must be an integer from {low} to {high}.", param=name)
     return int(raw)

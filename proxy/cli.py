@@ -222,18 +222,27 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
 
 
 def store_problem(settings: Settings) -> str | None:
-    """Why the configured SQLite store cannot be used, found before serving (None: it can).
+    """Why the configured store cannot be used, found before serving (None: it can).
 
-    Opening it runs what the server's start would (the file, its schema), so
-    a bad path is one clear line and exit 2 instead of a failed start-up.
+    Opening it runs what the server's start would (SQLite's file and schema,
+    Redis' URL and package; Redis connects only later), so a bad path or URL
+    is one clear line and exit 2 instead of a failed start-up.
     """
-    if settings.store.backend != "sqlite":
-        return None
     import asyncio
 
     from .store import StoreError, open_store
     from .store.sqlite import unwritable
 
+    s = settings.store
+    if s.backend == "redis":
+        try:
+            store = open_store("redis", url=s.url, ttl_s=s.ttl_s)
+        except ConfigError as exc:
+            return str(exc)
+        asyncio.run(store.close())
+        return None
+    if s.backend != "sqlite":
+        return None
     problem = unwritable(settings.store.path)
     if problem is not None:
         return problem

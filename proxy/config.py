@@ -7,6 +7,7 @@ What the settings are is `settings.py`. Every problem is reported at start-up as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -21,6 +22,11 @@ from . import transports
 from .errors import ConfigError
 from .reduction.types import MASK_THEN, STRATEGIES, is_strategy
 from .settings import ENV_PREFIX, SECTIONS, Settings
+
+# The levels both the logging module and uvicorn know by these names.
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# What redis-py's from_url takes.
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def load_settings(
@@ -55,6 +61,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:  # a folder, a file this user may not read
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}), as TOML must be") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
 
@@ -116,9 +126,7 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
                 return False
             raise ValueError("expected true or false")
         if hint is int:
-            if isinstance(value, bool):
-                raise ValueError("expected an integer")
-            return int(value)
+            return _integer(value)
         if hint is float:
             if isinstance(value, bool):
                 raise ValueError("expected a number")
@@ -137,10 +145,22 @@ def _coerce(key: str, hint: Any, value: Any) -> Any:
         if origin in (Mapping, dict) or isinstance(hint, types.GenericAlias):
             if not isinstance(value, dict):
                 raise ValueError("expected a table")
-            return {str(k): int(v) for k, v in value.items()}
+            return {str(k): _integer(v) for k, v in value.items()}
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{key}: {exc} (got {value!r})") from None
     raise ConfigError(f"{key}: unsupported type {hint}")
+
+
+def _integer(value: Any) -> int:
+    """An integer setting's value: a fraction is refused, never truncated (1.5 is not 1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError("expected an integer")
 
 
 def _validate(s: Settings) -> None:
@@ -150,6 +170,11 @@ def _validate(s: Settings) -> None:
 
     check(0 < s.server.port < 65536, "server.port", "must be between 1 and 65535")
     check(s.server.log_format in ("text", "json"), "server.log_format", "must be text or json")
+    check(
+        s.server.log_level.lower() in LOG_LEVELS,
+        "server.log_level",
+        "must be " + ", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1],
+    )
     check(s.server.max_body_bytes > 0, "server.max_body_bytes", "must be positive")
     check(s.server.max_messages > 0, "server.max_messages", "must be positive")
     check(s.server.body_timeout_s > 0, "server.body_timeout_s", "must be positive")
@@ -189,6 +214,11 @@ def _validate(s: Settings) -> None:
         "must be memory, sqlite or redis",
     )
     check(s.store.ttl_s > 0, "store.ttl_s", "must be positive")
+    check(
+        s.store.backend != "redis" or s.store.url.startswith(REDIS_SCHEMES),
+        "store.url",
+        "must be a Redis URL: " + ", ".join(f"{scheme}..." for scheme in REDIS_SCHEMES),
+    )
     r = s.reduction
     check(
         is_strategy(r.strategy),

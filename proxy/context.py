@@ -80,8 +80,11 @@ class AppContext:
         self.require_key = requires_client_key(self.settings)
         self.providers = providers(self.settings)
 
-    def url_for(self, path: str, provider: str = "openai") -> httpx.URL:
-        """The upstream URL of a wire format's route (`path` is fixed by the dialect)."""
+    def url_for(self, path: str, provider: str = "openai", query: str = "") -> httpx.URL:
+        """The upstream URL of a wire format's route (`path` is fixed by the dialect), with
+        the client's `query` as sent (Azure's `api-version`, say)."""
+        if query:  # the client's to choose, so not kept
+            return httpx.URL(self.providers[provider].url(path, query))
         found = self._urls.get((path, provider))
         if found is None:
             found = self._urls[path, provider] = httpx.URL(self.providers[provider].url(path))

@@ -296,6 +296,8 @@ def main(args: Any) -> int:
             raise ConfigError("--window must be a positive number of tokens")
         if args.chart and not str(args.chart).lower().endswith(".svg"):
             raise ConfigError("--chart must end in .svg")
+        if args.config is not None:  # read by each replay: a bad file is one line, here
+            load_settings(args.config, env={})
     except (OSError, TranscriptError, ConfigError) as exc:
         console.print(f"context-proxy simulate: {exc}", style="red", markup=False)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -294,11 +295,20 @@ def test_upstream_errors_reach_the_client_unchanged(h: Harness) -> None:
         (httpx.ConnectTimeout("slow"), 502),
     ],
 )
-def test_transport_failures_map_to_502_and_504(h: Harness, exc: Exception, status: int) -> None:
+def test_transport_failures_map_to_502_and_504(
+    h: Harness, exc: Exception, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
     h.router.post("/chat/completions").mock(side_effect=exc)
-    r = h.chat([user("q")])
+    with caplog.at_level(logging.INFO, logger="context_proxy.access"):
+        r = h.chat([user("a private question")], headers={"X-Conversation-Id": "down"})
     assert r.status_code == status
     assert r.json()["error"]["type"] == "upstream_error"
+    # The request still has its one access line, with the status the client got.
+    lines = [rec for rec in caplog.records if rec.name == "context_proxy.access"]
+    assert len(lines) == 1
+    assert lines[0].__dict__["upstream_status"] == status
+    assert lines[0].__dict__["conversation"] == "down"
+    assert "private" not in lines[0].getMessage() and "sk-client-one" not in caplog.text
 
 
 class Disconnecting(httpx.AsyncBaseTransport):
@@ -415,7 +425,10 @@ def test_admin_list_is_paginated_and_filtered_by_tenant() -> None:
             f"/admin/conversations?tenant={tenant_of('sk-nobody')}", headers=admin
         ).json()
         assert other["data"] == []
-        assert h.client.get("/admin/conversations?limit=0", headers=admin).status_code == 400
+        # '²' is a digit to str.isdigit() but not to int(); so many digits int() refuses.
+        for limit in ("0", "abc", "%C2%B2", "1" * 5000):
+            r = h.client.get(f"/admin/conversations?limit={limit}", headers=admin)
+            assert r.status_code == 400 and r.json()["error"]["param"] == "limit"
 
 
 def test_a_cookie_an_upstream_sets_never_reaches_another_request(h: Harness) -> None:
@@ -433,3 +446,40 @@ def test_a_cookie_an_upstream_sets_never_reaches_another_request(h: Harness) -> 
         h.client.cookies.clear()
         h.chat([user("hello")], headers={"Authorization": f"Bearer {key}"})
     assert [c.request.headers.get("cookie") for c in h.router.calls] == [None] * 5
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("/v1/chat/completions", {"model": "gpt-4o", "messages": [user("hi")]}),
+        ("/v1/responses", {"model": "gpt-4o", "input": "hi", "store": False}),
+        # The provider holds this one's history: it goes upstream as sent.
+        ("/v1/responses", {"model": "gpt-4o", "input": "hi", "previous_response_id": "resp_0"}),
+        ("/v1/messages", {"model": "claude-sonnet-4-5", "max_tokens": 9, "messages": [user("hi")]}),
+    ],
+)
+def test_conversation_routes_forward_the_clients_query_string(
+    route: str, body: dict[str, Any]
+) -> None:
+    """Azure's deployments are chosen by `?api-version=`: a reduced turn goes with it too."""
+    for h in make({"CONTEXT_PROXY_ANTHROPIC_BASE_URL": "http://upstream.test"}):
+        h.router.post(route[3:]).respond(200, json={"id": "x"})
+        r = h.client.post(f"{route}?api-version=2025-04-01-preview", json=body, headers=KEY)
+        assert r.status_code == 200, r.text
+        assert h.router.calls.last.request.url.query == b"api-version=2025-04-01-preview"
+
+
+@pytest.mark.parametrize(
+    ("route", "field", "param"),
+    [("/v1/chat/completions", "messages", "messages"), ("/v1/responses", "input", "input")],
+)
+def test_a_history_too_large_for_the_window_names_the_routes_field(
+    route: str, field: str, param: str
+) -> None:
+    for h in make({"CONTEXT_PROXY_MODELS_TINY": "300"}):
+        r = h.client.post(
+            route, json={"model": "tiny", field: [system("word " * 2000), user("hi")]}, headers=KEY
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.json()["error"]["param"] == param

@@ -138,6 +138,8 @@ def test_tool_call_then_tool_result(client: TestClient) -> None:
             "invalid_value",
         ),
         (["not", "an", "object"], "invalid_type"),
+        ({"model": "m", "messages": [USER], "stream": True, "stream_options": "x"}, "invalid_type"),
+        ({"model": "m", "messages": [USER], "max_tokens": "many"}, "invalid_type"),
     ],
 )
 def test_rejects_malformed_bodies(client: TestClient, body: Any, code: str | None) -> None:
@@ -534,6 +536,24 @@ def test_responses_rejects_an_output_without_its_call(client: TestClient) -> Non
     refused = client.post("/v1/responses", json=orphan, headers=AUTH)
     assert refused.status_code == 400
     assert "No tool call found" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"instructions": 5},
+        {"previous_response_id": ["resp_1"]},
+        {"max_output_tokens": "many"},
+        {"max_output_tokens": "many", "stream": True},
+    ],
+)
+def test_responses_rejects_a_field_of_the_wrong_type(extra: dict[str, Any]) -> None:
+    fake = MockUpstream(context_limits={"gpt-4o": 128_000})
+    with TestClient(fake.app) as client:
+        refused = client.post("/v1/responses", json={"model": "gpt-4o", "input": "hi", **extra})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert (error["param"], error["code"]) == (next(iter(extra)), "invalid_type")
 
 
 def test_prose_voice_and_bills_with_the_proxys_count() -> None:

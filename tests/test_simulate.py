@@ -47,6 +47,15 @@ def test_an_unreadable_transcript_is_a_usage_error(
     assert "bad.jsonl" in capsys.readouterr().out
 
 
+def test_an_invalid_config_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[reduction\n")
+    assert main(["simulate", str(REQUESTS), "--config", str(bad)]) == 2
+    assert "bad.toml: invalid TOML" in " ".join(capsys.readouterr().out.split())
+
+
 def test_example_prices_apply_the_cached_input_discount() -> None:
     prices = Prices.for_model("gpt-4o-2024-08-06")
     assert prices.cost(1_000_000, 1_000_000, 0) == pytest.approx(1.25)

@@ -120,6 +120,14 @@ def test_a_store_that_cannot_be_opened_stops_the_start_with_one_line(tmp_path: P
     assert "the store cannot be used" in line
 
 
+def test_a_redis_url_redis_cannot_read_stops_the_start_with_one_line() -> None:
+    pytest.importorskip("redis")
+    line = refused_start(
+        {"CONTEXT_PROXY_STORE_BACKEND": "redis", "CONTEXT_PROXY_STORE_URL": "redis://h:port"}
+    )
+    assert "store.url" in line and "Port" in line
+
+
 def refused_start(env: dict[str, str]) -> str:
     """Run `serve` expecting it to refuse to start: exit 2 and one line on stderr, returned."""
     done = subprocess.run(

@@ -434,6 +434,57 @@ def test_unknown_keys_and_bad_files_are_reported(tmp_path: Path) -> None:
         load_settings(tmp_path / "missing.toml")
 
 
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ("[server]\nmax_messages = 1.5\n", "server.max_messages"),
+        ("[models]\nlocal = 4096.5\n", "models.local"),
+        ("[store]\nttl_s = inf\n", "store.ttl_s"),
+    ],
+)
+def test_a_fraction_for_an_integer_setting_is_refused_not_truncated(
+    tmp_path: Path, toml: str, key: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.") + ": expected an integer"):
+        load_settings(path, env={})
+    whole = tmp_path / "whole.toml"
+    whole.write_text("[server]\nmax_messages = 2.0\n")
+    assert load_settings(whole, env={}).server.max_messages == 2
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "flags", "named"),
+    [
+        ('[server]\nlog_level = "verbose"\n', {}, [], "server.log_level"),
+        ("", {"CONTEXT_PROXY_SERVER_LOG_LEVEL": "verbose"}, [], "server.log_level"),
+        ("", {}, ["--log-level", "verbose"], "server.log_level"),
+        ('[store]\nbackend = "redis"\nurl = "localhost:6379"\n', {}, [], "store.url"),
+        # The byte 0xFF (written through surrogateescape), which UTF-8 never has.
+        ('[server]\nhost = "\udcff"\n', {}, [], "c.toml: not UTF-8"),
+    ],
+)
+def test_a_bad_setting_stops_serve_with_one_line_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    toml: str,
+    env: dict[str, str],
+    flags: list[str],
+    named: str,
+) -> None:
+    from proxy.cli import main
+
+    path = tmp_path / "c.toml"
+    path.write_bytes(toml.encode("utf-8", "surrogateescape"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", "--config", str(path), *flags]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], lines
+
+
 def test_open_relay_is_refused_unless_explicitly_allowed() -> None:
     keyed = load_settings(
         env={"CONTEXT_PROXY_UPSTREAM_API_KEY": "sk", "CONTEXT_PROXY_AUTH_CLIENT_KEYS": "a,b"}

@@ -143,7 +143,8 @@ class Wire(Protocol):
 
     @property
     def history_field(self) -> str:
-        """The payload's key that holds the history (what the resend fast path looks for)."""
+        """The payload's key that holds the history: what the resend fast path looks for,
+        and what an error about the history names."""
         ...
 
     def server_state(self, payload: dict[str, Any]) -> str | None:

@@ -1,9 +1,9 @@
 """The mock's `/v1/chat/completions`: OpenAI's validation, answers and event stream.
 
 Validation rejects what OpenAI rejects, with its messages: a body without
-model or messages, an unknown role, a tool result that answers no call
-before it, a call left without its result. A reduction that split a tool
-chain therefore shows up as a 400, as it would in production.
+model or messages, a field of the wrong type, an unknown role, a tool result
+that answers no call before it, a call left without its result. A reduction
+that split a tool chain therefore shows up as a 400, as it would in production.
 """
 
 from __future__ import annotations
@@ -54,6 +54,19 @@ def invalid_type(param: str, expected: str) -> BadRequest:
     return BadRequest(f"Invalid type for '{param}': expected {expected}.", param, "invalid_type")
 
 
+# How OpenAI's messages name the JSON types a field must have.
+TYPE_NAMES = {str: "a string", int: "an integer", dict: "an object"}
+
+
+def check_types(body: Json, fields: dict[str, type]) -> None:
+    """BadRequest for the first of `fields` that `body` sets (not null) to another JSON type."""
+    for name, kind in fields.items():
+        value = body.get(name)
+        # A bool is an int to Python, not to OpenAI.
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise invalid_type(name, TYPE_NAMES[kind])
+
+
 def oai_error(
     message: str, type_: str = INVALID, param: str | None = None, code: str | None = None
 ) -> Json:
@@ -101,6 +114,7 @@ def validate_chat(body: Any) -> list[Json]:
     if not messages:
         message = "Invalid 'messages': empty array. Expected an array with minimum length 1."
         raise BadRequest(message, "messages", "empty_array")
+    check_types(body, {"stream_options": dict, "max_tokens": int, "max_completion_tokens": int})
     if body.get("stream_options") is not None and not body.get("stream"):
         message = "The 'stream_options' parameter is only allowed when 'stream' is enabled."
         raise BadRequest(message, "stream_options", "invalid_value")

@@ -1,8 +1,9 @@
 """The mock's `/v1/responses`: OpenAI's validation of input items, answers and event stream.
 
-Checks: items are well-formed; every `function_call_output` follows its
-`function_call` and every call has its output; a reasoning item is followed
-by the item it belongs to; instructions, input and tools fit the model's
+Checks: the fields it reads have their types; items are well-formed; every
+`function_call_output` follows its `function_call` and every call has its
+output; a reasoning item is followed by the item it belongs to;
+instructions, input and tools fit the model's
 window (`context_limits`, estimated at four characters a token);
 `previous_response_id` names a response this mock gave. A last user message
 containing "call tool NAME" gets a reasoning item and a call to NAME; a last
@@ -17,7 +18,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .chat import text_of
+from .chat import BadRequest, check_types, text_of
 from .voice import Voice, tool_name
 
 Json = dict[str, Any]
@@ -36,6 +37,12 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
     """The input items, or Invalid the way OpenAI's /v1/responses rejects them."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise Invalid("Missing required parameter: 'model'.", "model")
+    try:
+        check_types(
+            body, {"instructions": str, "previous_response_id": str, "max_output_tokens": int}
+        )
+    except BadRequest as exc:
+        raise Invalid(str(exc), exc.param, exc.code) from None
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]

@@ -64,7 +64,7 @@ def open_store(
 ) -> Store:
     """The store named by `backend`, ready to use.
 
-    Raises `ConfigError` for a backend name the operator got wrong, and
+    Raises `ConfigError` for a backend name or Redis URL the operator got wrong, and
     `StoreError` when the SQLite file cannot be opened. The Redis client
     connects lazily: `await store.ping()` at start-up to fail fast.
     `max_conversations` bounds the memory backend only. `read_only` (SQLite
@@ -87,5 +87,8 @@ def open_store(
                 "store.backend = 'redis' needs the redis package: "
                 "pip install 'context-proxy[redis]'"
             ) from exc
-        return RedisStore(url, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now)
+        try:
+            return RedisStore(url, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now)
+        except ValueError as exc:  # redis-py's reading of the URL (a port that is no number)
+            raise ConfigError(f"store.url: {exc}") from None
     raise ConfigError(f"store.backend: unknown backend {backend!r}; expected one of {BACKENDS}")

@@ -27,7 +27,7 @@ from ..dialects import Item, Wire
 from ..dialects.anthropic import ANTHROPIC_WIRE
 from ..dialects.chat_completions import CHAT_WIRE
 from ..dialects.responses import RESPONSES_WIRE
-from ..errors import ProxyError
+from ..errors import ProxyError, UpstreamError
 from ..fastpath import Resend
 from ..intake import check_content_type, read_body
 from ..outcome import Outcome
@@ -90,7 +90,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     if wire.server_state(payload) is not None:  # the provider holds the conversation
         chained = await continued(ctx, wire, payload, given)
         if chained is None:
-            return await as_sent(ctx, wire, body, headers, streaming)
+            return await as_sent(ctx, wire, body, headers, streaming, request.url.query)
         given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
         mode = "append"
     messages = wire.history(payload)
@@ -105,8 +105,12 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
             ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key), named
         )
         content = wire.render(body, payload, outcome.reduction.messages)  # forward
-        url = ctx.url_for(wire.upstream_path, wire.provider)
-        response = await send(ctx, url, content, headers, events=streaming)
+        url = ctx.url_for(wire.upstream_path, wire.provider, request.url.query)
+        try:
+            response = await send(ctx, url, content, headers, events=streaming)
+        except UpstreamError as exc:  # no answer came: the line has the status the client gets
+            access_log(outcome, mode, strategy, exc.status, started)
+            raise
         ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
         )
@@ -172,7 +176,7 @@ async def plan(
     defined = ctx.counter.count_definitions(model, wire.definitions(payload))
     reserved = wire.reserved_output(payload) + defined
     reduction, made, spent = await reduce_turn(
-        ctx, loaded, model, reserved, strategy, headers, branch, memo, wire.items
+        ctx, loaded, model, reserved, strategy, headers, branch, memo, wire
     )
     if wire.provider == "anthropic" and ctx.settings.anthropic.count_tokens and strategy != "none":
         limit = ctx.budget(model, reserved).limit
@@ -182,7 +186,7 @@ async def plan(
             # which must lose all that was missed.
             reserved += math.ceil(missed / ctx.settings.reduction.trigger_ratio)
             reduction, more, tokens = await reduce_turn(
-                ctx, loaded, model, reserved, strategy, headers, branch, None, wire.items
+                ctx, loaded, model, reserved, strategy, headers, branch, None, wire
             )
             made, spent = made + more, spent + tokens
     if resend is not None and loaded.digests is not None and loaded.hashes is not None:
@@ -260,10 +264,15 @@ async def continued(
 
 
 async def as_sent(
-    ctx: AppContext, wire: Wire, body: bytes, headers: dict[str, str], streaming: bool
+    ctx: AppContext,
+    wire: Wire,
+    body: bytes,
+    headers: dict[str, str],
+    streaming: bool,
+    query: str,
 ) -> Response:
     """Forward the request unchanged and relay the answer; nothing is reduced or stored."""
-    url = ctx.url_for(wire.upstream_path, wire.provider)
+    url = ctx.url_for(wire.upstream_path, wire.provider, query)
     response = await send(ctx, url, body, headers, events=streaming)
     refused = refused_operator_key(ctx.providers[wire.provider], response.status_code)
     if refused is not None:
@@ -328,7 +337,10 @@ def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
 
 
 def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
-    """One line per request: ids, reduction and sizes, never content or keys."""
+    """One line per request: ids, reduction and sizes, never content or keys.
+
+    `status` is the upstream's, or the proxy's own 502 or 504 when none answered.
+    """
     if not access.isEnabledFor(logging.INFO):
         return
     access.info(

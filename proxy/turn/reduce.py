@@ -13,8 +13,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from ..dialects import Dialect
-from ..dialects.chat_completions import CHAT
+from ..dialects import Wire
+from ..dialects.chat_completions import CHAT_WIRE
 from ..errors import ProxyError
 from ..reduction import reduce
 from ..reduction.tail import Tail
@@ -39,7 +39,7 @@ async def reduce_turn(
     headers: dict[str, str],
     branch: Branch,
     memo: Tail | None = None,
-    dialect: Dialect = CHAT,
+    wire: Wire = CHAT_WIRE,
 ) -> tuple[Reduction, int, int]:
     """The turn's reduction, and the summaries made for it and their tokens.
 
@@ -58,7 +58,7 @@ async def reduce_turn(
     # A stretch that has its preparation already needs no other, and without
     # one to compute the core answers a turn near the trigger at a glance.
     preparing = branch.stretch != turn.working.state.stretch
-    policy = ctx.policy(strategy, preparing=preparing, dialect=dialect)
+    policy = ctx.policy(strategy, preparing=preparing, dialect=wire.items)
     budget = ctx.budget(model, reserved)
     prepared = branch.texts
 
@@ -67,7 +67,7 @@ async def reduce_turn(
             return reduce(turn.working, policy, budget, count, summaries, memo=memo)
         except ContextTooLarge as exc:
             raise ProxyError(
-                400, str(exc), param="messages", code="context_length_exceeded"
+                400, str(exc), param=wire.history_field, code="context_length_exceeded"
             ) from None
 
     # mask groups its own cleared copy of the tail, which a memo of this one cannot serve.
