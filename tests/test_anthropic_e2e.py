@@ -335,3 +335,34 @@ def test_count_tokens_keeps_the_exact_size_under_the_trigger(
         assert counts and max(sizes) <= limit, (len(counts), max(sizes), limit)
     else:  # the estimate alone lets some requests pass the trigger by the exact count
         assert not counts and max(sizes) > limit, (max(sizes), limit)
+
+
+def test_a_large_screenshot_goes_upstream_counted_as_an_image(tmp_path: Path) -> None:
+    """A 1.5 MB PNG counted as its base64 text needed 512,036 tokens: the proxy refused it."""
+    from .test_media_tokens import b64, png
+
+    upstream = MockUpstream()  # no window of its own: it would count the base64 as text too
+    with (
+        run_server(upstream.app) as upstream_url,
+        start_proxy(upstream_url, tmp_path / "p.db") as url,
+    ):
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        shot: Any = {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": "image/png",
+                "data": b64(png(3000, 2000, 1_500_000)),
+            },
+        }
+        question: Any = {"type": "text", "text": "What does this screenshot show?"}
+        with api:
+            raw = api.messages.with_raw_response.create(
+                model="claude-vision-test",
+                max_tokens=1024,
+                messages=[{"role": "user", "content": [shot, question]}],
+            )
+    assert raw.http_response.status_code == 200
+    assert int(raw.headers["x-context-tokens-in"]) < 2000
+    (sent,) = upstream.messages_requests()
+    assert sent["messages"][0]["content"] == [shot, question]
