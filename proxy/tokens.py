@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from cachetools import LRUCache
 
+from . import media
 from .messages import Message, canonical, digest, tool_calls
 
 log = logging.getLogger("context_proxy.tokens")
@@ -35,6 +36,8 @@ CHARS_PER_TOKEN = 4
 IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_HIGH = 765
 AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
+# Anthropic's blocks billed by what they show, not by their base64's length.
+ANTHROPIC_MEDIA = ("image", "document")
 ROLES_KEPT = 256
 # New messages from which a request's counting leaves the event loop's thread:
 # below it, the hop to a thread costs more than the counting.
@@ -247,10 +250,43 @@ class TokenCounter:
                 audio = part.get("input_audio")
                 data = audio.get("data", "") if isinstance(audio, dict) else ""
                 total += max(1, len(str(data)) // AUDIO_CHARS_PER_TOKEN)
+            elif kind in ANTHROPIC_MEDIA:
+                total += self._media_tokens(encoding, part)
+            elif kind == "tool_result":
+                # Anthropic's result holds its own blocks (text, screenshots): each
+                # counts as itself, the id and the framing as text.
+                total += TOKENS_PER_TOOL_CALL + self.count_text(
+                    encoding, str(part.get("tool_use_id", ""))
+                )
+                total += self._content_tokens(encoding, part.get("content"))
             else:
                 # Unknown part types are forwarded untouched; estimate them by size.
                 total += _estimate(canonical(part).decode())
         return total
+
+    def _media_tokens(self, encoding: str, part: dict[str, Any]) -> int:
+        """An Anthropic `image` or `document` block, counted as Anthropic bills it (`media`)."""
+        source = part.get("source")
+        source = source if isinstance(source, dict) else {}
+        data = source.get("data")
+        if part.get("type") == "image":
+            if source.get("type") == "base64" and isinstance(data, str):
+                return media.base64_image_tokens(data)
+            return media.IMAGE_TOKENS_MAX
+        # A document's title and context go to the model as text beside it.
+        total = sum(
+            self.count_text(encoding, value)
+            for value in (part.get("title"), part.get("context"))
+            if isinstance(value, str)
+        )
+        kind = source.get("type")
+        if kind == "text" and isinstance(data, str):
+            return total + self.count_text(encoding, data)
+        if kind == "content":
+            return total + self._content_tokens(encoding, source.get("content"))
+        if kind == "base64" and isinstance(data, str):
+            return total + media.pdf_tokens(data)
+        return total + media.UNSEEN_PDF_PAGES * media.PDF_TOKENS_PER_PAGE
 
 
 def _load_tiktoken(encoding: str) -> Encoder:

@@ -17,7 +17,15 @@ from proxy.dialects.anthropic_answer import MessagesAssembler, message_from_body
 from proxy.dialects.anthropic_request import alternate, parse
 from proxy.errors import ProxyError
 from proxy.mock import anthropic as mock_anthropic
-from proxy.reduction import STRATEGIES, Budget, ContextTooLarge, Policy, Working, reduce
+from proxy.reduction import (
+    STRATEGIES,
+    Budget,
+    ContextTooLarge,
+    Policy,
+    Reduction,
+    Working,
+    reduce,
+)
 from proxy.reduction.chains import group
 from proxy.reduction.repair import repair
 
@@ -76,6 +84,20 @@ def sent(payload: dict[str, Any], forwarded: list[Item]) -> dict[str, Any]:
     return out
 
 
+def reduced(items: list[Item], strategy: str, window: int) -> Reduction | None:
+    """The history reduced by `strategy`, with every summary it asks for made; None when
+    even its mandatory part does not fit."""
+    policy = Policy(strategy=strategy, dialect=ANTHROPIC)
+    try:
+        first = reduce(Working((), tuple(items)), policy, Budget(window), count)
+        texts = {r.key: f"S{len(r.messages)}" for r in first.summary_requests}
+        if not texts:
+            return first
+        return reduce(Working((), tuple(items)), policy, Budget(window), count, texts)
+    except ContextTooLarge:
+        return None
+
+
 SLOW = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -102,17 +124,9 @@ def test_the_fake_accepts_the_generated_histories_and_grouping_keeps_rounds(
 def test_every_strategy_sends_what_anthropic_accepts(
     items: list[Item], strategy: str, window: int
 ) -> None:
-    policy = Policy(strategy=strategy, dialect=ANTHROPIC)
     original = copy.deepcopy(items)
-    try:
-        first = reduce(Working((), tuple(items)), policy, Budget(window), count)
-        texts = {r.key: f"S{len(r.messages)}" for r in first.summary_requests}
-        reduction = (
-            reduce(Working((), tuple(items)), policy, Budget(window), count, texts)
-            if texts
-            else first
-        )
-    except ContextTooLarge:
+    reduction = reduced(items, strategy, window)
+    if reduction is None:
         return
     payload = {"model": "claude-x", "system": [text("be brief", True)], "max_tokens": 64}
     body = sent({**payload, "messages": items}, list(reduction.messages))

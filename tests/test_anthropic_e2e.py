@@ -335,3 +335,77 @@ def test_count_tokens_keeps_the_exact_size_under_the_trigger(
         assert counts and max(sizes) <= limit, (len(counts), max(sizes), limit)
     else:  # the estimate alone lets some requests pass the trigger by the exact count
         assert not counts and max(sizes) > limit, (max(sizes), limit)
+
+
+def test_a_large_screenshot_goes_upstream_counted_as_an_image(tmp_path: Path) -> None:
+    """A 1.5 MB PNG counted as its base64 text needed 512,036 tokens: the proxy refused it."""
+    from .test_media_tokens import b64, png
+
+    upstream = MockUpstream()  # no window of its own: it would count the base64 as text too
+    with (
+        run_server(upstream.app) as upstream_url,
+        start_proxy(upstream_url, tmp_path / "p.db") as url,
+    ):
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        shot: Any = {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": "image/png",
+                "data": b64(png(3000, 2000, 1_500_000)),
+            },
+        }
+        question: Any = {"type": "text", "text": "What does this screenshot show?"}
+        with api:
+            raw = api.messages.with_raw_response.create(
+                model="claude-vision-test",
+                max_tokens=1024,
+                messages=[{"role": "user", "content": [shot, question]}],
+            )
+    assert raw.http_response.status_code == 200
+    assert int(raw.headers["x-context-tokens-in"]) < 2000
+    (sent,) = upstream.messages_requests()
+    assert sent["messages"][0]["content"] == [shot, question]
+
+
+def test_a_stray_tool_result_is_dropped_alone_and_the_question_reaches_anthropic(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """A stray result used to take its whole message with it: the real result, the
+    question, or every message there was."""
+    upstream, upstream_url = fake
+    call: Any = {"type": "tool_use", "id": "toolu_a", "name": "lookup", "input": {"q": "Lyon"}}
+    real: Any = {"type": "tool_result", "tool_use_id": "toolu_a", "content": "REAL RESULT"}
+    stray: Any = {"type": "tool_result", "tool_use_id": "toolu_stale", "content": "old"}
+    question: Any = {"type": "text", "text": "and what next?"}
+    histories: list[Any] = [
+        [
+            {"role": "user", "content": "Look up Lyon."},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [real, stray, question]},
+        ],
+        [
+            {"role": "user", "content": "Hello."},
+            {"role": "assistant", "content": [{"type": "text", "text": "Hi."}]},
+            {"role": "user", "content": [stray, {"type": "text", "text": "what now?"}]},
+        ],
+        [{"role": "user", "content": [stray]}],
+    ]
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        with api:
+            for i, messages in enumerate(histories):
+                raw = api.messages.with_raw_response.create(
+                    model=MODEL,
+                    max_tokens=64,
+                    messages=messages,
+                    extra_headers={"X-Conversation-Id": f"stray-{i}"},
+                )
+                assert raw.http_response.status_code == 200  # the mock validates as Anthropic
+                assert "repaired" in raw.headers["x-context-reduction"]
+    first, second, lone = upstream.messages_requests()
+    assert first["messages"][-1]["content"] == [real, question]
+    assert first["messages"][:2] == histories[0][:2]
+    assert second["messages"][-1] == {"role": "user", "content": [histories[1][-1]["content"][1]]}
+    assert len(lone["messages"]) == 1 and lone["messages"][0]["role"] == "user"
+    assert "toolu_stale" not in orjson.dumps([first, second, lone]).decode()

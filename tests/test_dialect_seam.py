@@ -73,6 +73,9 @@ class Items:
     def cleared(self, item: Item, call_id: str, text: str) -> Item:
         return {**item, "output": text}
 
+    def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
+        return None
+
 
 ITEMS = Items()
 

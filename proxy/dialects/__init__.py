@@ -91,6 +91,11 @@ class Dialect(Protocol):
         call; `item` itself when that result is a structure that cannot be cleared."""
         ...
 
+    def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
+        """`item` without its results for `call_ids` (calls the history does not hold), for
+        repair; None when the item is nothing but those results and goes as nothing."""
+        ...
+
 
 class Assembler(Protocol):
     """Rebuilds the answer's item from a streamed answer, fed the bytes as they are relayed.

@@ -55,6 +55,12 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+# In place of a user message that held nothing but results of calls the history
+# lacks: dropped, it would leave two assistant messages side by side, a history
+# ending on the assistant's message (which Anthropic reads as a prefill), or none.
+STRAY_RESULTS = "[Tool results omitted: the calls they answer are not in this conversation.]"
+
+
 class AnthropicItems:
     name = "anthropic"
     # An assistant message lists all its calls; thinking blocks live inside it.
@@ -126,6 +132,24 @@ class AnthropicItems:
             for b in content
         ]
         return {**item, "content": out}
+
+    def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
+        # Only the stray results go: the message's other results, its text and images
+        # stay where they are, and a message left with nothing keeps its place.
+        stray = set(call_ids)
+        content = item.get("content")
+        if not isinstance(content, list):
+            return item
+        kept = [
+            b
+            for b in content
+            if not (
+                isinstance(b, dict)
+                and b.get("type") == "tool_result"
+                and b.get("tool_use_id") in stray
+            )
+        ]
+        return {**item, "content": kept or [_text_block(STRAY_RESULTS)]}
 
 
 ANTHROPIC = AnthropicItems()

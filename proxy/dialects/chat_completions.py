@@ -73,6 +73,9 @@ class ChatCompletions:
     def cleared(self, item: Item, call_id: str, text: str) -> Item:
         return {**item, "content": text}
 
+    def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
+        return None  # a tool message is one result
+
 
 CHAT = ChatCompletions()
 

@@ -123,6 +123,9 @@ class ResponsesItems:
             return item
         return {**item, "output": text}
 
+    def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
+        return None  # an output item is one result
+
 
 RESPONSES = ResponsesItems()
 

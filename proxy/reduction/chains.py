@@ -94,19 +94,18 @@ def _attach_results(units: list[Unit]) -> list[Unit]:
     """Fold each tool result into the call right before it, once per call id.
 
     A result separated from its call by another item, a duplicate, or one
-    answering an id the call never issued stays a unit of its own: an orphan
-    that repair drops.
+    answering only ids the call never issued stays a unit of its own: an
+    orphan that repair drops. An item holding several results (Anthropic's
+    user message) joins the call it answers even beside a result for a call
+    that is not there; repair drops that result alone.
     """
     out: list[Unit] = []
     for unit in units:
         prev = out[-1] if out else None
         answers = unit.dialect.answers(unit.messages[0]) if unit.size == 1 else ()
-        if (
-            prev is not None
-            and answers
-            and all(a in prev.call_ids for a in answers)
-            and answered(prev.messages, prev.dialect).isdisjoint(answers)
-        ):
+        calls = prev.call_ids if prev is not None and answers else ()
+        ours = [a for a in answers if a in calls]
+        if prev is not None and ours and answered(prev.messages, prev.dialect).isdisjoint(ours):
             out[-1] = Unit.of(*prev.messages, unit.messages[0], dialect=prev.dialect)
         else:
             out.append(unit)

@@ -3,11 +3,13 @@
 Clients edit, trim and retry histories; a tool result whose call is gone, or
 a call whose results never came, makes the upstream reject the whole request.
 Repair works on units (see `chains`), so it never changes how many client
-messages a unit stands for and `tail_start` stays exact.
+messages a unit stands for and `tail_start` stays exact; it acts on each
+unit alone, so a grouped tail can be extended without repairing it again.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 from ..dialects import Dialect
@@ -19,14 +21,34 @@ PLACEHOLDER = "[no result: the client did not send this tool result]"
 
 
 def drop_orphans(units: list[Unit]) -> list[Unit]:
-    """A result that did not attach to a call has no call to answer: forward nothing."""
-    return [Unit(u.messages, (), True, u.dialect) if _orphan(u) else u for u in units]
+    """A result that did not attach to a call has no call to answer: forward nothing of it.
+
+    Only the result goes, not the item holding it: an Anthropic user message
+    keeps its other results, its text and its images (the user's question
+    among them), as the dialect's `without_answers` says.
+    """
+    return [_without_orphans(u) for u in units]
 
 
-def _orphan(unit: Unit) -> bool:
-    # Results that found their call were folded into its unit: one left alone is an orphan.
-    head = unit.messages[0] if unit.size == 1 else unit.head
-    return bool(unit.forward) and bool(unit.dialect.answers(head))
+def _without_orphans(unit: Unit) -> Unit:
+    dialect = unit.dialect
+    # Results that found their call were folded into its unit: any other is an orphan.
+    calls = unit.call_ids
+    forward: list[Message] = []
+    for message in unit.forward:
+        stray = [a for a in dialect.answers(message) if a not in calls]
+        if not stray:
+            forward.append(message)
+            continue
+        kept = dialect.without_answers(message, stray)
+        if kept is None and message is unit.head:
+            # The unit is that result: what travels with it (reasoning) goes with it.
+            return Unit(unit.messages, (), True, dialect)
+        if kept is not None:
+            forward.append(kept)
+    if len(forward) == len(unit.forward) and all(map(operator.is_, forward, unit.forward)):
+        return unit
+    return Unit(unit.messages, tuple(forward), True, dialect)
 
 
 def close_dangling(units: list[Unit]) -> list[Unit]:
