@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .blocks import marked, unmarked
 from .dialects import Dialect
 from .dialects.chat_completions import CHAT
 from .errors import ProxyError
-from .messages import Message, canonical, chain_hashes, is_leading, split_leading
+from .messages import Message, as_meant, canonical, chain_hashes, is_leading, split_leading
 from .reduction.types import ReductionState, Working
 from .turn.state import SnapshotState, Stats
 
@@ -45,12 +46,17 @@ def derive_id(tenant: str, messages: Sequence[Message]) -> str:
     """A stable id from the tenant and the opening (instructions and first message).
 
     Only the opening is read: a long history costs no more than a short one.
+    The first message counts as it is meant (`messages.as_meant`): a client
+    that marks its newest message for the prompt cache marks the first one
+    on the first turn only. The instructions count as sent, as they go
+    upstream.
     """
     digest = hashlib.blake2b(tenant.encode(), digest_size=12)
     for message in messages:
-        digest.update(canonical(message))
         if not is_leading(message):
+            digest.update(canonical(as_meant(message)))
             break
+        digest.update(canonical(message))
     return "conv_" + digest.hexdigest()
 
 
@@ -180,12 +186,21 @@ def reconcile_append(
     stored_position: int,
     dialect: Dialect = CHAT,
 ) -> Turn:
-    """The client sent only new messages; the stored working history supplies the rest."""
+    """The client sent only new messages; the stored working history supplies the rest.
+
+    A client that marks what it sends for the prompt cache has moved its
+    breakpoints there: the stored messages keep the ones they were sent with
+    only while the new messages carry none, or each turn would add one more
+    and pass the four Anthropic allows.
+    """
     if not new:
         raise ProxyError(400, "Append mode needs at least one new message.", param="messages")
     stored = SnapshotState.from_json(prior) or SnapshotState()
     leading = tuple(stored_working[: stored.leading])
-    tail = tuple(stored_working[stored.leading :]) + tuple(new)
+    earlier = stored_working[stored.leading :]
+    if any(map(marked, new)):
+        earlier = [unmarked(m) for m in earlier]
+    tail = tuple(earlier) + tuple(new)
     state = stored.reduction
     parent = stored.answer_hash
     hashes = chain_hashes(new, parent)

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from . import blocks
 from .errors import ProxyError
 
 Message = dict[str, Any]
@@ -107,15 +108,29 @@ def digest(message: Message) -> bytes:
 
 
 def as_meant(message: Message) -> Message:
-    """An assistant message without the response-only fields that say nothing.
+    """The message as its identity: what it says, without how a client happened to write it.
 
     The proxy stores an answer as a request would carry it; a client resends
-    it as its SDK parsed the response (`"refusal": null, "annotations": []`).
-    Both are the same message and must hash alike, or every resent answer
-    would look like an edit and be archived twice. Only fields a request
-    never needs are dropped (`content: null` stays: the proxy stores it so).
+    it as its SDK parsed the response (`"refusal": null, "annotations": []`,
+    a text block's `"citations": null`) or as a plain string. A client that
+    follows Anthropic's prompt-caching pattern moves its `cache_control`
+    breakpoint to the newest message every turn, taking it off the one it
+    marked before. Each is the same message and must hash alike, or it would
+    look like an edit: archived twice, and the conversation reduced again.
+    So content blocks lose their cache markers and null fields, one plain
+    text block reads as its string, and an assistant message loses the
+    response-only fields that say nothing (`content: null` stays: the proxy
+    stores it so). Only the identity changes: a message goes upstream as
+    the client sent it.
     """
-    if type(message) is not dict or message.get("role") != "assistant":
+    if type(message) is not dict:
+        return message
+    content = message.get("content")
+    if type(content) is list:
+        meant = blocks.as_meant(content)
+        if meant is not content:
+            message = {**message, "content": meant}
+    if message.get("role") != "assistant":
         return message
     if not any(k in message and _empty(message[k]) for k in _RESPONSE_ONLY):
         return message

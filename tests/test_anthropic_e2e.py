@@ -17,7 +17,9 @@ import httpx
 import orjson
 import pytest
 
+from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
+from proxy.mock import anthropic as mock_anthropic
 from proxy.reduction.types import Budget
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
@@ -409,3 +411,177 @@ def test_a_stray_tool_result_is_dropped_alone_and_the_question_reaches_anthropic
     assert second["messages"][-1] == {"role": "user", "content": [histories[1][-1]["content"][1]]}
     assert len(lone["messages"]) == 1 and lone["messages"][0]["role"] == "user"
     assert "toolu_stale" not in orjson.dumps([first, second, lone]).decode()
+
+
+EPHEMERAL = {"type": "ephemeral"}
+ADMIN = "admin-token"
+
+
+class CachingApp(App):
+    """An app that marks a message's last block for the prompt cache.
+
+    Moving, it marks its newest message every turn and takes the mark off the
+    one it marked before, as Anthropic's multi-turn caching pattern (and agent
+    CLIs) do; otherwise it marks its first message and leaves it there.
+    """
+
+    def __init__(self, url: str, move: bool) -> None:
+        super().__init__(url)
+        self.move = move
+
+    def send(self, content: Any, stream: bool = False) -> Any:
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if self.move or not self.messages:
+            blocks[-1] = {**blocks[-1], "cache_control": EPHEMERAL}
+        if self.move:
+            for message in self.messages:
+                if message["role"] == "user":
+                    message["content"] = [
+                        {k: v for k, v in b.items() if k != "cache_control"}
+                        for b in message["content"]
+                    ]
+        return super().send(blocks, stream)
+
+
+def unmarked(history: list[Any]) -> list[Any]:
+    return [
+        {
+            **m,
+            "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]],
+        }
+        if isinstance(m["content"], list)
+        else m
+        for m in history
+    ]
+
+
+def archived(url: str, conversation: str) -> list[Any]:
+    found = httpx.get(
+        f"{url}/admin/conversations/{conversation}",
+        params={"tenant": tenant_of("sk-ant-test")},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    assert found.status_code == 200, found.text
+    rows: list[Any] = found.json()["archive"]
+    return rows
+
+
+def caching_run(tmp_path: Path, move: bool) -> dict[str, Any]:
+    upstream = MockUpstream(context_limits={MODEL: WINDOW})
+    with (
+        run_server(upstream.app) as upstream_url,
+        start_proxy(upstream_url, tmp_path / f"{move}.db", auth_admin_token=ADMIN) as url,
+    ):
+        app = CachingApp(url, move)
+        with app.api:
+            for i in range(40):
+                app.turn(i)
+        ids = {h["x-conversation-id"] for h in app.headers}
+        assert len(ids) == 1, "the derived id stays the conversation's"
+        rows = archived(url, ids.pop())
+    return {
+        "app": app,
+        "kinds": [h["x-context-reduction"] for h in app.headers],
+        "summaries": sum(1 for r in upstream.requests if r.is_summary),
+        "rows": rows,
+        "forwarded": [r["messages"] for r in upstream.messages_requests()],
+    }
+
+
+def test_moving_the_cache_breakpoint_each_turn_is_not_an_edit(tmp_path: Path) -> None:
+    staying, moving = caching_run(tmp_path, move=False), caching_run(tmp_path, move=True)
+    # The same reductions, the same summaries reused, each message archived once.
+    assert moving["kinds"] == staying["kinds"]
+    assert "reused" in moving["kinds"] and moving["kinds"].count("summarized") <= 3
+    assert moving["summaries"] == staying["summaries"] <= 3
+    assert len(moving["rows"]) == len(staying["rows"]) == len(moving["app"].messages)
+    # The archive keeps each message as it was first sent: then the newest, marked.
+    questions = [r for r in moving["rows"] if r["role"] == "user"]
+    assert all(r["content"][-1]["cache_control"] == EPHEMERAL for r in questions)
+    # Upstream the breakpoint is where the client put it this turn, and only there.
+    for history in moving["forwarded"]:
+        marks = [
+            (i, j)
+            for i, m in enumerate(history)
+            for j, b in enumerate(m["content"])
+            if "cache_control" in b
+        ]
+        assert marks == [(len(history) - 1, len(history[-1]["content"]) - 1)]
+    # Between reductions each request extends the last one but for where the mark is.
+    assert prefix_share(list(map(unmarked, moving["forwarded"]))) == prefix_share(
+        list(map(unmarked, staying["forwarded"]))
+    )
+
+
+def test_append_mode_forwards_the_breakpoint_the_client_moved_not_the_stored_ones(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        headers = {"X-Conversation-Id": "trip"}
+        with api:
+            for i in range(12):  # each a 400 past the fourth turn if stored marks stayed
+                block = {"type": "text", "text": f"Turn {i}: day {i}.", "cache_control": EPHEMERAL}
+                api.messages.create(
+                    model=MODEL,
+                    max_tokens=MAX_TOKENS,
+                    system=SYSTEM,
+                    messages=[{"role": "user", "content": [block]}],
+                    extra_headers=headers,
+                )
+                headers["X-Context-Mode"] = "append"
+    for history in upstream.messages_requests():
+        marked = [m for m in history["messages"] if "cache_control" in str(m)]
+        assert marked == [history["messages"][-1]]
+
+
+def test_a_full_history_then_unmarked_appends_stay_within_four_breakpoints(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """The stored history is the archive's messages as first sent, each marked then."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        app = CachingApp(url, move=True)
+        app.api = app.api.with_options(default_headers={"X-Conversation-Id": "trip"})
+        with app.api:
+            for i in range(8):
+                app.send(f"Turn {i}: tell me about day {i} of the trip.")
+            append = app.api.with_options(
+                default_headers={"X-Conversation-Id": "trip", "X-Context-Mode": "append"}
+            )
+            for i in range(3):
+                append.messages.create(
+                    model=MODEL,
+                    max_tokens=MAX_TOKENS,
+                    system=SYSTEM,
+                    messages=[{"role": "user", "content": f"And day {i}?"}],
+                )
+    last = upstream.messages_requests()[-1]
+    assert last["system"] == SYSTEM
+    assert mock_anthropic.breakpoints(last) == 4  # the system's and the newest three
+
+
+@pytest.mark.parametrize("resent", ["model_dump", "string"])
+def test_an_answer_resent_as_the_sdk_parsed_it_is_archived_once(
+    fake: tuple[MockUpstream, str], tmp_path: Path, resent: str
+) -> None:
+    _, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", auth_admin_token=ADMIN) as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        messages: list[Any] = []
+        with api:
+            for i in range(10):
+                messages.append({"role": "user", "content": f"Turn {i}: day {i}."})
+                raw = api.messages.with_raw_response.create(
+                    model=MODEL, max_tokens=MAX_TOKENS, messages=messages
+                )
+                answer = raw.parse()
+                if resent == "model_dump":  # text blocks carry "citations": null
+                    content: Any = [b.model_dump() for b in answer.content]
+                    assert content[0]["citations"] is None
+                else:
+                    content = answer.content[0].text
+                messages.append({"role": "assistant", "content": content})
+        rows = archived(url, raw.headers["x-conversation-id"])
+    assert len(rows) == 20

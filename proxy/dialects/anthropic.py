@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from . import Answer, Item, anthropic_request
+from . import Answer, Item, anthropic_cache, anthropic_request
 from . import body as body_checks
 from .anthropic_answer import MessagesAssembler, message_from_body
 
@@ -177,6 +177,10 @@ class AnthropicWire(body_checks.JsonWire):
 
     def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
         return anthropic_request.alternate(items)
+
+    def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
+        kept = anthropic_cache.within_limit(payload, self.forwarded(items))
+        return body_checks.render(body, payload, self.history_field, kept)
 
     def assembler(self, limit: int) -> MessagesAssembler:
         return MessagesAssembler(limit=limit)

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..dialects import Dialect
 from ..dialects.chat_completions import CHAT
-from ..messages import Message, canonical
+from ..messages import Message, as_meant, canonical
 from .chains import Unit, group
 from .repair import REPAIR_PASSES
 from .types import Counter
@@ -119,8 +119,10 @@ def key_start(previous: Iterable[str]) -> Any:
 
 
 def key_extend(digest: Any, messages: Iterable[Message]) -> Any:
+    # As meant: a summary prepared while a message held the client's cache
+    # breakpoint still serves once the client has moved it on.
     for message in messages:
-        digest.update(b"m" + canonical(message) + b"\0")
+        digest.update(b"m" + canonical(as_meant(message)) + b"\0")
     return digest
 
 

@@ -1,0 +1,89 @@
+"""Content blocks (Anthropic's, and chat content parts): what they mean, and their cache marks.
+
+A block may carry a prompt-cache breakpoint (`cache_control`): where the
+client wants the cached prefix to end this turn, not part of what the
+message says. A client moves it to its newest message every turn, so a
+message's identity reads its blocks without it (`as_meant`), and what the
+proxy forwards from its store can have it taken off (`unmarked`). Blocks
+stay the client's dicts: every function returns its input itself when it
+has nothing to change.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def as_meant(content: list[Any]) -> list[Any] | str:
+    """A message's `content` as its identity reads it; `content` itself when it is so already.
+
+    Blocks lose their breakpoints and their null fields (an SDK's `model_dump()`
+    writes `"citations": null`), and one plain text block is its string, as a
+    tool result's content is read too.
+    """
+    meant = [_block_as_meant(b) for b in content]
+    if len(meant) == 1 and _plain_text(meant[0]):
+        return str(meant[0]["text"])
+    return content if all(map(operator.is_, meant, content)) else meant
+
+
+def _block_as_meant(block: Any) -> Any:
+    if type(block) is not dict:
+        return block
+    nested = block.get("content")
+    inner = nested
+    if type(nested) is list:
+        inner = as_meant(nested) if block.get("type") == "tool_result" else _unmarked(nested)
+    if "cache_control" not in block and inner is nested and None not in block.values():
+        return block
+    out = {k: v for k, v in block.items() if k != "cache_control" and v is not None}
+    if inner is not nested:
+        out["content"] = inner
+    return out
+
+
+def _plain_text(block: Any) -> bool:
+    """A text block with nothing but its text, which means what the string would."""
+    if type(block) is not dict or block.keys() != _TEXT_KEYS:
+        return False
+    return block["type"] == "text" and type(block["text"]) is str
+
+
+_TEXT_KEYS = frozenset(["type", "text"])
+
+
+def marked(message: Message) -> bool:
+    """Whether a content block of the message holds a prompt-cache breakpoint."""
+    content = message.get("content")
+    return type(content) is list and _unmarked(content) is not content
+
+
+def unmarked(message: Message) -> Message:
+    """The message without its prompt-cache breakpoints; itself when it holds none."""
+    content = message.get("content")
+    if type(content) is not list:
+        return message
+    bare = _unmarked(content)
+    return message if bare is content else {**message, "content": bare}
+
+
+def unmarked_block(block: Any) -> Any:
+    """The block without its breakpoint, nor those of blocks it holds; itself when unmarked."""
+    if type(block) is not dict:
+        return block
+    nested = block.get("content")
+    inner = _unmarked(nested) if type(nested) is list else nested
+    if "cache_control" not in block and inner is nested:
+        return block
+    out = {k: v for k, v in block.items() if k != "cache_control"}
+    if inner is not nested:
+        out["content"] = inner
+    return out
+
+
+def _unmarked(content: list[Any]) -> list[Any]:
+    bare = [unmarked_block(b) for b in content]
+    return content if all(map(operator.is_, bare, content)) else bare
