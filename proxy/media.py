@@ -66,7 +66,15 @@ def base64_image_tokens(data: str) -> int:
 
 
 def dimensions(data: str) -> tuple[int, int] | None:
-    """Width and height from a PNG, GIF, WebP or JPEG header, decoding only the bytes read."""
+    """Width and height from a PNG, GIF, WebP or JPEG header, decoding only the bytes read;
+    None when no header says them (an image cut short counts the most)."""
+    try:
+        return _dimensions(data)
+    except struct.error:
+        return None
+
+
+def _dimensions(data: str) -> tuple[int, int] | None:
     head = _decoded(data, 0, 32)
     if head.startswith(b"\x89PNG\r\n\x1a\n") and head[12:16] == b"IHDR":
         width, height = struct.unpack(">II", head[16:24])

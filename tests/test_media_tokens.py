@@ -195,3 +195,14 @@ def test_an_image_counts_by_its_size_never_by_its_bytes(
         data = webp(width, height, kind)
     assert media.dimensions(b64(data)) == (width, height)
     assert tokens_of(image(data)) == media.image_tokens(width, height)
+
+
+@given(
+    st.sampled_from(
+        [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"GIF89a", b"RIFF\x00\x00\x00\x00WEBPVP8 "]
+    )
+)
+def test_an_image_cut_short_in_its_header_counts_the_most(head: bytes) -> None:
+    for cut in range(len(head) + 4):
+        data = base64.b64encode(head[:cut] + b"\x01" * (cut % 3)).decode()
+        assert media.base64_image_tokens(data) <= media.IMAGE_TOKENS_MAX

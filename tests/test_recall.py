@@ -337,6 +337,59 @@ def test_two_chats_that_open_alike_never_recall_each_other(
     assert r.headers["x-context-recall"] != "0"
 
 
+def test_a_block_computed_for_one_chat_never_serves_another_that_asks_alike(
+    lexical: tuple[TestClient, MockUpstream],
+) -> None:
+    """The block is repeated within a turn (tool results): only on the branch it was
+    computed for, not for another chat of the derived id asking the same words."""
+    client, upstream = lexical
+    headers = {"Authorization": "Bearer sk-shared"}
+    asked = "What is my bank password?"
+
+    def post(history: list[Any]) -> httpx.Response:
+        r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+        assert r.status_code == 200, r.text
+        return r
+
+    def chat(*said: str) -> list[Any]:
+        history: list[Any] = [system("You are a helpful assistant."), user("Hi")]
+        r = post(history)
+        for text in said:
+            history += [r.json()["choices"][0]["message"], user(text)]
+            r = post(history)
+        return [*history, r.json()["choices"][0]["message"]]
+
+    alice = chat("My bank password is hunter2-ALICE, keep it safe.", *map(filler, range(60)))
+    bob = chat(asked)[:-1]
+    r = post([*alice, user(asked)])
+    assert r.headers["x-context-recall"] != "0", "Alice's own question recalls it"
+    r = post([*bob, assistant(None, tool_calls=[call("c1")]), tool("c1", "no data")])
+    assert "hunter2" not in str(upstream.chat_requests()[-1]["messages"])
+
+
+def test_a_derived_conversation_continued_by_response_id_recalls_no_other_chat(
+    tmp_path: Path,
+) -> None:
+    headers = {"Authorization": "Bearer sk-shared"}
+    with in_process(tmp_path, responses_manage_server_state="true") as (client, upstream):
+
+        def ask(text: str, previous: str | None = None) -> httpx.Response:
+            body: dict[str, Any] = {"model": "tiny", "instructions": "Be brief.", "input": text}
+            if previous is not None:
+                body["previous_response_id"] = previous
+            r = client.post("/v1/responses", json=body, headers=headers)
+            assert r.status_code == 200, r.text
+            return r
+
+        first = ask("Hello")
+        ask("My bank password is hunter2-ALICE, keep it safe.", first.json()["id"])
+        second = ask("Hello")
+        assert second.headers["x-conversation-id"] == first.headers["x-conversation-id"]
+        r = ask("What is my bank password?", second.json()["id"])
+        assert r.headers["x-context-recall"] == "0"
+        assert "hunter2" not in str(upstream.responses_requests()[-1])
+
+
 def test_a_named_conversation_is_searched_whole_by_a_process_that_never_saw_it(
     tmp_path: Path,
 ) -> None:

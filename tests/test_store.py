@@ -925,6 +925,31 @@ async def test_a_search_within_one_branch_never_reads_another(store: Store) -> N
     assert mine_only and not any("hunter2" in h.text or "flowerpot" in h.text for h in mine_only)
 
 
+@pytest.mark.asyncio
+async def test_other_branches_never_crowd_a_branchs_own_nearest_hit_out(store: Store) -> None:
+    opening = [system(), user("Hi"), assistant("Hello!")]
+    mine = [*opening, user("My spare key is under the blue flowerpot."), assistant("Noted.")]
+    await store.commit(turn(ALICE, mine[:4], mine[4]))
+    for i in range(10):  # ten other chats that opened alike
+        await store.commit(turn(ALICE, [*opening, user(f"user {i} on keys")], assistant("ok")))
+    pending = await store.unembedded(ALICE, "emb", limit=1000)
+    near = {"flowerpot": unit(1, 0.2, 0), "user ": unit(1, 0.05, 0)}
+    vectors = [
+        (seq, next((v for word, v in near.items() if word in text), unit(0, 0, 1)))
+        for seq, text in pending
+    ]
+    await store.put_vectors(ALICE, "emb", vectors)
+    found = await store.nearest(
+        ALICE,
+        "emb",
+        unit(1, 0, 0),
+        limit=3,
+        min_similarity=0.5,
+        within=frozenset(chain_hashes(mine)),
+    )
+    assert [h.text for h in found] == ["My spare key is under the blue flowerpot."]
+
+
 def a_session_in_one_message() -> list[Message]:
     """A whole exchange pasted as one message: 30 lines, one of them the fact."""
     lines = [f"Maya: Day {day} was long, the train was late again." for day in range(30)]

@@ -295,13 +295,15 @@ def nearest(
     import numpy as np  # the `embeddings` extra; only embeddings recall gets here
 
     query = np.frombuffer(vector, dtype=np.float32)
+    # Another branch's messages are left out before ranking, or they could fill the `limit`.
+    mine = None if within is None else _seqs_within(db, conv, within)
     rows = [
         (int(seq), blob)
         for seq, blob in db.execute(
             "SELECT seq, vector FROM message_vectors WHERE conversation_id = ? AND model = ?",
             (conv, model),
         )
-        if len(blob) == len(vector)
+        if len(blob) == len(vector) and (mine is None or seq in mine)
     ]
     if not rows or limit <= 0 or not query.size:
         return []
@@ -311,19 +313,23 @@ def nearest(
     chosen = {rows[i][0]: float(similarity[i]) for i in best if similarity[i] >= min_similarity}
     if not chosen:
         return []
-    found = [
-        (s, t, r, b)
-        for s, t, r, b, h in db.execute(
-            "SELECT seq, turn, role, body, hash FROM message_search WHERE message_search MATCH ?"
-            " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq, rowid",
-            (_tag(conv), orjson.dumps(list(chosen)).decode()),
-        )
-        if within is None or h in within
-    ]
+    found = db.execute(
+        "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
+        " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq, rowid",
+        (_tag(conv), orjson.dumps(list(chosen)).decode()),
+    ).fetchall()
     said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
     texts = whole((int(s), str(b)) for s, _, _, b in found)
     hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]
     return sorted(hits, key=lambda h: (-h.score, -h.seq))
+
+
+def _seqs_within(db: sqlite3.Connection, conv: int, within: Set[str]) -> set[int]:
+    """The indexed messages (by seq) of the branch whose chain hashes are `within`."""
+    rows = db.execute(
+        "SELECT seq, hash FROM message_search WHERE message_search MATCH ?", (_tag(conv),)
+    )
+    return {int(seq) for seq, h in rows if h in within}
 
 
 def search_messages(

@@ -37,7 +37,7 @@ from ..upstream import bearer_token, forward_headers, refused_operator_key, resp
 from .count import undercount
 from .fairness import LARGE_BODY, let_others_run
 from .load import load
-from .recall import Unarchived, recall_into
+from .recall import Lineage, Unarchived, recall_into
 from .reduce import reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
 from .state import SnapshotState
@@ -87,6 +87,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     provider = ctx.providers[wire.provider]
     headers = forward_headers(request.headers.items(), provider)
     streaming = wire.streams(payload)
+    named = bool(given.get("x-conversation-id"))  # by the client, not derived
     if wire.server_state(payload) is not None:  # the provider holds the conversation
         chained = await continued(ctx, wire, payload, given)
         if chained is None:
@@ -100,7 +101,6 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     if lock is not None:
         await lock.acquire()
     try:
-        named = bool(given.get("x-conversation-id"))
         outcome = await plan(
             ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key), named
         )
@@ -193,19 +193,19 @@ async def plan(
         resend.remember(
             key, messages, loaded.digests, loaded.hashes, loaded.count, loaded.turn, reduction, memo
         )
-    recalled: int | None = None
-    if ctx.settings.recall.enabled:
-        turn = loaded.turn
+    recalled: int | None = 0 if ctx.settings.recall.enabled else None
+    turn = loaded.turn
+    # A derived id joins chats that only opened alike (another user's, maybe): such a
+    # turn recalls from the branch its history is archived under (by chain hashes), and
+    # nothing when that is not at hand (a turn continued by `previous_response_id`).
+    # A conversation the client named is its own to search whole.
+    rooted = mode != "append" and turn.rooted and bool(turn.hashes)
+    if ctx.settings.recall.enabled and (named or rooted):
         unarchived: Unarchived | None = None
-        lineage: frozenset[str] | None = None
         if mode != "append":  # what the store lacks of the history the client sent
             archived = len(turn.history) - len(turn.new)
             unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
-            # A derived id joins chats that only opened alike (another user's, maybe):
-            # recall reads the branch the archive holds this history under, by its chain
-            # hashes. A conversation the client named is its own to search whole.
-            if not named and turn.rooted and turn.hashes:
-                lineage = frozenset(turn.hashes)
+        lineage = None if named else Lineage(frozenset(turn.hashes), turn.hashes[-1])
         reduction, recalled = await recall_into(
             ctx, key, reduction, model, reserved, headers, wire.items, unarchived, lineage
         )

@@ -50,6 +50,15 @@ log = logging.getLogger("context_proxy.chat")
 
 
 @dataclass(frozen=True, slots=True)
+class Lineage:
+    """The chain a turn of a derived conversation resends (`hashes`, ending with `tip`):
+    its recall reads that branch alone, never a chat that only opened alike."""
+
+    hashes: frozenset[str]
+    tip: str
+
+
+@dataclass(frozen=True, slots=True)
 class Unarchived:
     """A full-history turn as the store holds it: `history[archived:]` is what the turn
     archives as new (the store may hold some of it already, the previous answer as the
@@ -71,7 +80,7 @@ async def recall_into(
     headers: dict[str, str],
     dialect: Dialect,
     unarchived: Unarchived | None = None,
-    lineage: frozenset[str] | None = None,
+    lineage: Lineage | None = None,
 ) -> tuple[Reduction, int]:
     """`reduction` with a recall block before its last user message, and how many hits it quotes.
 
@@ -91,15 +100,22 @@ async def recall_into(
     room = _room(ctx, model, reserved, provider) - reduction.tokens_out
     asked = digest(reduction.messages[at])
     cached = ctx.sessions.recall(key)
-    if at < len(reduction.messages) - 1 and cached is not None and cached.question == asked:
+    if (
+        at < len(reduction.messages) - 1
+        and cached is not None
+        and cached.question == asked
+        and (lineage is None or cached.tip in lineage.hashes)
+    ):
         content, found = cached.block, cached.hits
     else:
         # The question's embedding is asked of the OpenAI upstream, with its credentials.
         side = openai_side(headers, provider, ctx.settings.upstream.api_key)
+        within = lineage.hashes if lineage is not None else None
         content, found = await _search(
-            ctx, key, reduction, at, model, side, room, unarchived, dialect, lineage
+            ctx, key, reduction, at, model, side, room, unarchived, dialect, within
         )
-        ctx.sessions.recalled(key, Recalled(asked, content, found))
+        tip = lineage.tip if lineage is not None else ""
+        ctx.sessions.recalled(key, Recalled(asked, content, found, tip))
     if not found:
         return reduction, 0
     extra = ctx.counter.count_message(model, dialect.summary(content))
@@ -139,7 +155,7 @@ async def _search(
     room: int,
     unarchived: Unarchived | None,
     dialect: Dialect,
-    lineage: frozenset[str] | None,
+    within: frozenset[str] | None,
 ) -> tuple[str, int]:
     """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
 
@@ -162,7 +178,7 @@ async def _search(
     limit = min(settings.k + rows, 1000)
     try:
         hits, unjudged = await _ranked(
-            ctx, key, question, headers, limit, context, forwarded, own, lineage
+            ctx, key, question, headers, limit, context, forwarded, own, within
         )
     except StoreError:
         ctx.metrics.store_errors.labels("search").inc()
@@ -199,7 +215,7 @@ async def _ranked(
     context: Sequence[str],
     forwarded: frozenset[str],
     own: tuple[Sequence[Message], bool] | None,
-    lineage: frozenset[str] | None,
+    within: frozenset[str] | None,
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
@@ -219,7 +235,7 @@ async def _ranked(
     searched_own = False
     if method != "embeddings":
         terms, asks = recall.terms(question), english.asks(question)
-        searched = Searched(terms, limit, asks, forwarded, lineage)
+        searched = Searched(terms, limit, asks, forwarded, within)
         lexical, searched_own = await _lexical(ctx, key, searched, own)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
@@ -237,7 +253,7 @@ async def _ranked(
         vector,
         limit=limit,
         min_similarity=ctx.settings.recall.min_similarity,
-        within=lineage,
+        within=within,
     )
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
@@ -285,13 +301,13 @@ def _own(
 class Searched:
     """What a lexical search asks: the `terms` (of a turn that `asks` something or not),
     how many hits, the texts the model reads already (no replies looked up), and the
-    branch of the archive searched (`lineage`; None: all of it)."""
+    branch of the archive searched (`within`, chain hashes; None: all of it)."""
 
     terms: Sequence[str | tuple[str, ...]]
     limit: int
     asks: bool
     forwarded: frozenset[str]
-    lineage: frozenset[str] | None = None
+    within: frozenset[str] | None = None
 
     async def in_store(self, ctx: AppContext, key: ConvKey) -> list[SearchHit]:
         return await ctx.store.search(
@@ -300,7 +316,7 @@ class Searched:
             limit=self.limit,
             asks=self.asks,
             forwarded=self.forwarded,
-            within=self.lineage,
+            within=self.within,
         )
 
     def in_history(self, history: Sequence[Message]) -> list[SearchHit]:

@@ -61,11 +61,14 @@ class Branch:
 
 @dataclass(slots=True, eq=False)
 class Recalled:
-    """The recall block a question got: its digest, the block, and how many hits it quotes."""
+    """The recall block a question got: its digest, the block, and how many hits it quotes;
+    `tip`, in a derived conversation, the chain hash its request ended with (the block
+    serves only requests of that branch)."""
 
     question: bytes
     block: str
     hits: int
+    tip: str = ""
 
 
 @dataclass(slots=True, eq=False)

@@ -97,7 +97,8 @@ class SnapshotState:
     `prepared_for` is the stretch (`ReductionState.stretch`) a summary is being
     prepared for in the background, and `prepared` the texts prepared so far,
     by their request's key: the process serving the next turn, whichever it is,
-    neither prepares again nor, at the crossing, summarises again.
+    does not prepare again, and at the crossing uses the texts if a turn of the
+    preparing process stored them by then (else it summarises, and waits).
     """
 
     leading: int = 0
