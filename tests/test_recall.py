@@ -281,23 +281,36 @@ def test_a_conversation_back_with_more_than_the_store_holds_recalls_from_that_hi
     assert block.startswith(f"{recall.HEADER}\n[turn 6, user] {PASSPORT}\n"), block
 
 
+TRIMMED = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
+
+
+def window(history: list[Any], keep: int) -> list[Any]:
+    """What a client that trims its history sends: its instructions, its newest messages."""
+    return [system("You are a travel agent."), *history[-keep:]]
+
+
+def trim_along(client: TestClient, history: list[Any], turns: int, keep: int, fact: str) -> None:
+    """Play `turns` turns (`fact` said at the fifth) as a client resending `window`s."""
+    for i in range(1, turns):
+        history.append(user(fact if i == 5 else filler(i)))
+        r = client.post(
+            CHAT, json={"model": "tiny", "messages": window(history, keep)}, headers=TRIMMED
+        )
+        assert r.status_code == 200, r.text
+        history.append(r.json()["choices"][0]["message"])
+
+
 def test_a_client_trimming_its_own_history_still_gets_what_the_store_archived(
     lexical: tuple[TestClient, MockUpstream],
 ) -> None:
     """The client resends only its newest 150 messages: no request extends a stored one."""
     client, upstream = lexical
     history: list[Any] = []
-    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
-    for i in range(1, 200):
-        history.append(user(PASSPORT if i == 5 else filler(i)))
-        sent = [system("You are a travel agent."), *history[-150:]]
-        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
-        assert r.status_code == 200, r.text
-        history.append(r.json()["choices"][0]["message"])
+    trim_along(client, history, 200, 150, PASSPORT)
     history.append(user("Remind me when my passport expires?"))
-    sent = [system("You are a travel agent."), *history[-150:]]
+    sent = window(history, 150)
     assert all(PASSPORT not in str(m.get("content")) for m in sent), "the client trimmed it"
-    r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+    r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=TRIMMED)
     forwarded = upstream.chat_requests()[-1]["messages"]
     assert r.headers["x-context-reduction"] != "none", "the proxy reduced the request too"
     # Archived once, where it was said (each window is not archived anew).
@@ -395,19 +408,13 @@ def test_a_named_conversation_is_searched_whole_by_a_process_that_never_saw_it(
 ) -> None:
     """A trimming client's window chains into nothing a new process knows (after a restart,
     or on another worker): the conversation it names is still searched whole."""
-    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
     history: list[Any] = []
     with in_process(tmp_path) as (client, _):
-        for i in range(1, 120):
-            history.append(user(PASSPORT if i == 5 else filler(i)))
-            sent = [system("You are a travel agent."), *history[-100:]]
-            r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
-            assert r.status_code == 200, r.text
-            history.append(r.json()["choices"][0]["message"])
+        trim_along(client, history, 120, 100, PASSPORT)
     history.append(user("Remind me when my passport expires?"))
     with in_process(tmp_path) as (client, upstream):
-        sent = [system("You are a travel agent."), *history[-100:]]
-        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+        sent = window(history, 100)
+        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=TRIMMED)
     assert r.status_code == 200, r.text
     assert f"[turn 5, user] {PASSPORT}" in upstream.chat_requests()[-1]["messages"][-2]["content"]
 
@@ -421,17 +428,12 @@ def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
     word never said to BM25.
     """
     fact = "My passport expires soon."
-    headers = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
     with in_process(tmp_path, recall_method="hybrid") as (client, upstream):
         history: list[Any] = []
-        for i in range(1, 200):
-            history.append(user(fact if i == 5 else filler(i)))
-            sent = [system("You are a travel agent."), *history[-150:]]
-            r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
-            history.append(r.json()["choices"][0]["message"])
+        trim_along(client, history, 200, 150, fact)
         history.append(user("baril?"))
-        sent = [system("You are a travel agent."), *history[-150:]]
-        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=headers)
+        sent = window(history, 150)
+        r = client.post(CHAT, json={"model": "tiny", "messages": sent}, headers=TRIMMED)
     assert int(r.headers["x-context-recall"]) >= 1
     block = upstream.chat_requests()[-1]["messages"][-2]["content"]
     assert f"[turn 5, user] {fact}" in block.splitlines()
