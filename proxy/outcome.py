@@ -83,8 +83,8 @@ def turn_commit(
     ]
     evicted = reduction.state.tail_start - turn.working.state.tail_start
     working = [*turn.working.leading, *turn.working.tail[max(0, evicted) :], *answer]
-    # A preparation for the stretch this turn stands in goes on with it (an earlier
-    # stretch's texts summarise what a reduction has replaced since).
+    # A preparation for the stretch this turn stands in goes on with it (one for an
+    # earlier stretch summarises what a reduction has replaced since).
     branch = outcome.branch
     preparing = branch is not None and branch.stretch == reduction.state.stretch
     state = SnapshotState(
@@ -100,7 +100,6 @@ def turn_commit(
         ),
         archived_head="" if turn.rooted else turn.tip,
         prepared_for=branch.stretch if branch is not None and preparing else None,
-        prepared=dict(branch.texts) if branch is not None and preparing else {},
     ).to_json()
     snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=now)
     layout = None

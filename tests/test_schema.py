@@ -1,8 +1,12 @@
-"""The SQLite schema in one piece: a new file, a file from before the squash, anything else.
+"""The SQLite schema: a new file, a file from before the squash, a file of an earlier step,
+anything else.
 
 `tests/data/store-before-squash.db` was written by the release before the
 schema was squashed (its `_migrations` records the seven steps that built
 it): two conversations, one in full-history mode and one in append mode.
+`tests/data/store-schema-1.db` was written by the release before the first
+step after it (its `_migrations` records `schema-1` alone): one conversation.
+Both are opened with no expiry: their conversations are as old as the files.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ import pytest
 
 from proxy.conversation import chain_hashes, tenant_of
 from proxy.store import ConvKey, SqliteStore, StoreError
-from proxy.store.schema import BEFORE_SQUASH, SCHEMA, migrate
+from proxy.store.schema import BEFORE_SQUASH, SCHEMA, STEPS, migrate
 
 from .factories import user
 
 BEFORE = Path(__file__).parent / "data" / "store-before-squash.db"
+SCHEMA_1 = Path(__file__).parent / "data" / "store-schema-1.db"
+STEP_NAMES = [name for name, _ in STEPS]
 TENANT = tenant_of("sk-fixture")
 FULL = ConvKey(TENANT, "full")
 APPENDED = ConvKey(TENANT, "appended")
@@ -61,7 +67,7 @@ async def test_a_file_from_before_the_squash_is_opened_read_and_continued(tmp_pa
     fresh = tmp_path / "fresh.db"
     await SqliteStore(str(fresh)).close()
 
-    store = SqliteStore(str(old))
+    store = SqliteStore(str(old), ttl_s=0)
     try:
         full = await store.latest(FULL)
         appended = await store.latest(APPENDED)
@@ -77,13 +83,44 @@ async def test_a_file_from_before_the_squash_is_opened_read_and_continued(tmp_pa
         assert await store.find_snapshot(FULL, chain_hashes(resent)) is not None
     finally:
         await store.close()
-    assert migrated(old) == {*BEFORE_SQUASH, SCHEMA}
+    assert migrated(old) == {*BEFORE_SQUASH, SCHEMA, *STEP_NAMES}
+    assert shape(old) == shape(fresh)
+
+
+@pytest.mark.asyncio
+async def test_a_file_of_an_earlier_step_is_read_as_it_is_and_given_the_steps_it_lacks(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old.db"
+    shutil.copy(SCHEMA_1, old)
+    fresh = tmp_path / "fresh.db"
+    await SqliteStore(str(fresh)).close()
+    before = old.read_bytes()
+
+    # The read-only tools read it without the steps, which add nothing they read.
+    looker = SqliteStore(str(old), ttl_s=0, read_only=True)
+    try:
+        seen = await looker.latest(FULL)
+        assert seen is not None and seen.turns == 1
+    finally:
+        await looker.close()
+    assert old.read_bytes() == before
+
+    store = SqliteStore(str(old), ttl_s=0)
+    try:
+        full = await store.latest(FULL)
+        assert full is not None and [m["content"] for m in full.working][1] == "Hello there"
+        await store.keep_summary(FULL, "request", "They said hello.")
+        assert await store.kept_summaries(FULL) == {"request": "They said hello."}
+    finally:
+        await store.close()
+    assert migrated(old) == {SCHEMA, *STEP_NAMES}
     assert shape(old) == shape(fresh)
 
 
 def test_a_new_file_records_the_schema_once(tmp_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(tmp_path / "new.db", isolation_level=None)) as db:
-        assert migrate(db) == [SCHEMA]
+        assert migrate(db) == [SCHEMA, *STEP_NAMES]
         assert migrate(db) == []
 
 
@@ -104,4 +141,6 @@ def test_any_other_file_is_refused_and_left_alone(
     before = path.read_bytes()
     with pytest.raises(StoreError, match=says):
         SqliteStore(str(path))
+    with pytest.raises(StoreError, match=says):  # as `inspect` opens it
+        SqliteStore(str(path), read_only=True)
     assert path.read_bytes() == before

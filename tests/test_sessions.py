@@ -248,13 +248,49 @@ def test_a_summary_prepared_by_one_process_serves_the_turn_another_process_takes
     assert all("context_proxy_summary_waits_total 0.0" in w for w in waits)
 
 
+def test_a_summary_prepared_by_a_process_that_serves_no_more_turns_spares_the_crossing_its_wait(
+    tmp_path: Path,
+) -> None:
+    """The first process serves turns until it starts a preparation, then never again (a
+    restart, a balancer's choice): the other finds the summary it kept in the store."""
+    history: list[Any] = [system("You plan trips.")]
+    headers = {"Authorization": f"Bearer {KEY}", "X-Conversation-Id": "trip"}
+    with two_processes(tmp_path) as (clients, upstream):
+        first, second = clients
+        serving = first
+        kinds = []
+        for i in range(40):
+            history.append(user(line("ann", i)))
+            r = serving.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+            assert r.status_code == 200, r.text
+            kinds.append(r.headers["x-context-reduction"])
+            history.append(r.json()["choices"][0]["message"])
+            settle(serving)
+            if "context_proxy_summaries_prepared_total 1.0" in first.get("/metrics").text:
+                serving = second
+        assert serving is second, "the first process prepared a summary"
+        made = [first.get("/metrics").text, second.get("/metrics").text]
+    assert "summarized" in kinds
+    assert "context_proxy_summary_waits_total 0.0" in made[1]
+    assert "context_proxy_summaries_made_total 0.0" in made[1]
+    assert len(upstream.summary_requests()) >= 2
+
+
 def count(db: Path, table: str) -> int:
     with contextlib.closing(sqlite3.connect(db)) as conn:
         found: int = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
     return found
 
 
-TABLES = ("conversations", "messages", "snapshots", "working", "message_search", "message_vectors")
+TABLES = (
+    "conversations",
+    "messages",
+    "snapshots",
+    "working",
+    "message_search",
+    "message_vectors",
+    "kept_summaries",
+)
 
 
 def test_delete_leaves_nothing_of_the_conversation_in_the_process_or_the_store(

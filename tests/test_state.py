@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from hypothesis import given
@@ -56,15 +55,6 @@ states = st.builds(
     ),
     archived_head=texts,
     prepared_for=st.none() | st.tuples(st.integers(0, 500), st.integers(0, 5)),
-).flatmap(
-    # Texts are written with the stretch they were prepared for, never without one.
-    lambda state: (
-        st.just(state)
-        if state.prepared_for is None
-        else st.dictionaries(texts, texts, max_size=3).map(
-            lambda prepared: dataclasses.replace(state, prepared=prepared)
-        )
-    )
 )
 
 

@@ -33,7 +33,7 @@ from proxy.store import (
 )
 from proxy.store import replies as replies_module
 from proxy.store import search as search_index
-from proxy.store.base import SearchHit
+from proxy.store.base import SUMMARIES_KEPT, SearchHit
 from proxy.store.schema import migrate
 from proxy.store.search import search_messages
 from tests.factories import STORE_TTL, Clock, assistant, call, system, tool, user
@@ -378,6 +378,38 @@ async def test_delete_forgets_everything(store: Store) -> None:
     assert await store.latest(ALICE) is None
     assert await store.find_snapshot(ALICE, chain_hashes(messages)) is None
     assert await store.archive(ALICE) == []
+
+
+@pytest.mark.asyncio
+async def test_kept_summaries_are_the_newest_few_of_a_stored_conversation_and_go_with_it(
+    store: Store, clock: Clock
+) -> None:
+    await store.keep_summary(ALICE, "early", "nothing to keep it with")
+    assert await store.kept_summaries(ALICE) == {}
+    await commit_turns(store, ALICE, 1)
+    await commit_turns(store, MALLORY, 1)
+    for i in range(SUMMARIES_KEPT + 2):
+        clock.advance(1)
+        await store.keep_summary(ALICE, f"span-{i}", f"summary {i}")
+    await store.keep_summary(ALICE, "span-2", "summary 2, made again")
+
+    kept = await store.kept_summaries(ALICE)
+    newest = {f"span-{i}": f"summary {i}" for i in range(SUMMARIES_KEPT + 2)}
+    newest["span-2"] = "summary 2, made again"
+    assert kept.items() <= newest.items() and "span-2" in kept
+    assert len(kept) <= SUMMARIES_KEPT and "span-0" not in kept
+    assert await store.kept_summaries(MALLORY) == {}
+    clock.advance(STORE_TTL + 1)
+    assert await store.kept_summaries(ALICE) == {}, "expired with its conversation"
+
+
+@pytest.mark.asyncio
+async def test_delete_forgets_kept_summaries(store: Store) -> None:
+    await commit_turns(store, ALICE, 1)
+    await store.keep_summary(ALICE, "span", "summary")
+    assert await store.delete(ALICE) is True
+    await commit_turns(store, ALICE, 1)
+    assert await store.kept_summaries(ALICE) == {}
 
 
 @pytest.mark.asyncio

@@ -26,6 +26,9 @@ from proxy.messages import Message
 
 DEFAULT_MAX_SNAPSHOTS = 64
 DEFAULT_TTL_S = 30 * 24 * 3600
+# Summaries kept per conversation by `Store.keep_summary`: one stretch's preparation
+# needs one; a few cover branches and a preparation that outlives its stretch.
+SUMMARIES_KEPT = 4
 
 
 class StoreError(Exception):
@@ -247,6 +250,16 @@ class Store(Protocol):
     ) -> list[SearchHit]:
         """Messages whose stored vectors are most similar to `vector` (cosine), best first;
         only those `within` a branch (chain hashes), if given, as for `search`."""
+        ...
+
+    async def keep_summary(self, key: ConvKey, request: str, text: str) -> None:
+        """Keep a summary made ahead of the reduction that needs it, under its request's key,
+        for whichever process serves that turn; the newest `SUMMARIES_KEPT` are kept, with
+        the conversation (nothing is kept for a conversation the store does not hold)."""
+        ...
+
+    async def kept_summaries(self, key: ConvKey) -> dict[str, str]:
+        """The summaries `keep_summary` kept for the conversation, by request key."""
         ...
 
     async def delete(self, key: ConvKey) -> bool:

@@ -20,6 +20,7 @@ from proxy.messages import Message
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
+    SUMMARIES_KEPT,
     ArchivedMessage,
     Conflict,
     Conversation,
@@ -47,6 +48,7 @@ class _Stored:
     turns: int = 0
     archive: dict[str, tuple[str, str, int]] = field(default_factory=dict)
     snapshots: dict[str, tuple[int, str, float]] = field(default_factory=dict)
+    kept: dict[str, str] = field(default_factory=dict)  # summaries, oldest first
 
 
 T = TypeVar("T")
@@ -156,6 +158,19 @@ class MemoryStore(Searchable):
         if self._cache.get(key) is None:
             return none
         return await self._search.run(key, fetch, op)
+
+    async def keep_summary(self, key: ConvKey, request: str, text: str) -> None:
+        stored = self._cache.get(key)
+        if stored is None:
+            return
+        stored.kept.pop(request, None)
+        stored.kept[request] = text
+        while len(stored.kept) > SUMMARIES_KEPT:
+            del stored.kept[next(iter(stored.kept))]
+
+    async def kept_summaries(self, key: ConvKey) -> dict[str, str]:
+        stored = self._cache.get(key)
+        return dict(stored.kept) if stored is not None else {}
 
     async def delete(self, key: ConvKey) -> bool:
         self._search.forget(key)

@@ -5,7 +5,8 @@ Per conversation, under `<prefix>:c:<tenant>:<conversation>`:
 (hash: chain hash -> [parent, message]), `:order` (list of chain hashes in
 arrival order), `:snaps` (hash: head -> [position, state, created_at]) and
 `:snapturns` (sorted set: head by turn, for pruning), and `:vecs` (hash:
-"model:chain hash" -> base64 float32, recall's embeddings, shared by replicas).
+"model:chain hash" -> base64 float32, recall's embeddings, shared by replicas) and
+`:kept` (list of [request key, text], newest first: summaries made ahead).
 `<prefix>:idx:<tenant>` and `<prefix>:idx` index conversations by last update
 for the admin listing.
 
@@ -34,6 +35,7 @@ from proxy.store import search
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
+    SUMMARIES_KEPT,
     ArchivedMessage,
     Conflict,
     Conversation,
@@ -260,6 +262,34 @@ class RedisStore(Searchable):
     def _vectors(self, key: ConvKey) -> str:
         return f"{self._prefix}:c:{key.tenant}:{key.conversation}:vecs"
 
+    def _kept(self, key: ConvKey) -> str:
+        return f"{self._prefix}:c:{key.tenant}:{key.conversation}:kept"
+
+    async def keep_summary(self, key: ConvKey, request: str, text: str) -> None:
+        try:
+            if not await self._live(key):
+                return
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.lpush(self._kept(key), dumps([request, text]))
+                pipe.ltrim(self._kept(key), 0, SUMMARIES_KEPT - 1)
+                if self._ttl_s > 0:
+                    pipe.expire(self._kept(key), self._ttl_s)
+                await pipe.execute()
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+
+    async def kept_summaries(self, key: ConvKey) -> dict[str, str]:
+        try:
+            if not await self._live(key):
+                return {}
+            values = cast("list[str]", await self._redis.lrange(self._kept(key), 0, -1))
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
+        kept: dict[str, str] = {}
+        for request, text in map(loads, reversed(values)):  # the newest of a request wins
+            kept[request] = text
+        return kept
+
     async def _hashes(self, key: ConvKey, seqs: list[int]) -> dict[int, str]:
         none: dict[int, str] = {}
         return await self._indexed(key, lambda db, c: search.hashes_of(db, c, seqs), none)
@@ -313,7 +343,7 @@ class RedisStore(Searchable):
         try:
             existed = await self._live(key)
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.delete(*self._keys(key), self._vectors(key))
+                pipe.delete(*self._keys(key), self._vectors(key), self._kept(key))
                 pipe.zrem(f"{self._prefix}:idx:{key.tenant}", member)
                 pipe.zrem(f"{self._prefix}:idx", member)
                 await pipe.execute()

@@ -1,12 +1,13 @@
 """The SQLite schema, in one piece, and the statements written against it.
 
 The schema is created whole on a new file and recorded in `_migrations`
-under `SCHEMA` (the table keeps the name simonw/llm's `migrations.py` gives
-it). A file written before the schema was squashed into one piece records
-the seven steps that built it (`BEFORE_SQUASH`); it holds the same tables
-plus one column nobody reads, which `migrate` drops before recording
-`SCHEMA`. Any other file is refused with what to do, never guessed at.
-A later change to the schema appends a named step here, applied in order.
+under `SCHEMA` and every name of `STEPS` (the table keeps the name
+simonw/llm's `migrations.py` gives it). A file written before the schema was
+squashed into one piece records the seven steps that built it
+(`BEFORE_SQUASH`); it holds the same tables plus one column nobody reads,
+which `migrate` drops before recording `SCHEMA`. A file of `SCHEMA` gets the
+`STEPS` it lacks, in order. Any other file is refused with what to do, never
+guessed at. A later change to the schema appends a named step to `STEPS`.
 The statements live here too because they change together with the schema.
 """
 
@@ -98,6 +99,22 @@ TABLES = (
     """,
 )
 
+# Summaries made ahead of the reduction that needs them, kept for whichever process
+# serves that turn (`Store.keep_summary`), by the key of what they summarise.
+KEPT_SUMMARIES_TABLE = """
+    CREATE TABLE kept_summaries (
+        conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        request TEXT NOT NULL,
+        text TEXT NOT NULL,
+        kept_at REAL NOT NULL,
+        PRIMARY KEY (conversation_id, request)
+    )
+"""
+
+# Changes since `SCHEMA`, by name, in the order they apply: each only adds, so a
+# release that predates one reads and writes a file that has it.
+STEPS: tuple[tuple[str, str], ...] = (("s002_kept_summaries", KEPT_SUMMARIES_TABLE),)
+
 # The search index has no foreign keys (FTS5 tables cannot have them): a
 # conversation's rows leave with it through this trigger.
 FORGET_SEARCH = """
@@ -121,6 +138,8 @@ def create(db: sqlite3.Connection) -> None:
         db.execute(statement)
     search.create(db)  # the FTS5 index recall searches, filled lazily by the first search
     db.execute(FORGET_SEARCH)
+    for _, statement in STEPS:
+        db.execute(statement)
 
 
 def _squashed(db: sqlite3.Connection) -> None:
@@ -129,17 +148,14 @@ def _squashed(db: sqlite3.Connection) -> None:
 
 
 def check(db: sqlite3.Connection) -> str:
-    """What `migrate` has to do to `db`: "current", "create" or "squashed"; reads only.
+    """What `migrate` has to do to `db`: "current", "create", "squashed" or "steps"; reads only.
 
     Raises `SchemaError`, with what to do, for a file it cannot bring up to
     date, before anything (even the journal mode) is changed in it.
     """
-    known = db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
-    ).fetchone()
-    done = {n for (n,) in db.execute("SELECT name FROM _migrations")} if known else set()
+    done = _recorded(db)
     if SCHEMA in done:
-        return "current"
+        return "current" if all(name in done for name, _ in STEPS) else "steps"
     if not done and not _tables(db):
         return "create"
     if done == set(BEFORE_SQUASH):
@@ -163,27 +179,46 @@ def migrate(db: sqlite3.Connection) -> list[str]:
         if todo == "current":
             db.execute("ROLLBACK")
             return []
+        missing = _missing(db)
         if todo == "create":
-            create(db)
+            create(db)  # with every step
         else:
-            _squashed(db)
-        db.execute(
-            "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (SCHEMA, time.time())
+            if todo == "squashed":
+                _squashed(db)
+            for name, statement in STEPS:
+                if name in missing:
+                    db.execute(statement)
+        db.executemany(
+            "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+            [(name, time.time()) for name in missing],
         )
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
-    return [SCHEMA]
+    return missing
 
 
 def pending(db: sqlite3.Connection) -> list[str]:
     """What `migrate` would do to `db` (empty: this release's schema), read without writing."""
     try:
-        return [] if check(db) == "current" else [SCHEMA]
+        return [] if check(db) == "current" else _missing(db)
     except SchemaError:
-        return [SCHEMA]
+        return _missing(db)
+
+
+def _missing(db: sqlite3.Connection) -> list[str]:
+    """The names `_migrations` lacks of `SCHEMA` and `STEPS`, in order."""
+    done = _recorded(db)
+    return [name for name in (SCHEMA, *(n for n, _ in STEPS)) if name not in done]
+
+
+def _recorded(db: sqlite3.Connection) -> set[str]:
+    known = db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'"
+    ).fetchone()
+    return {n for (n,) in db.execute("SELECT name FROM _migrations")} if known else set()
 
 
 def _tables(db: sqlite3.Connection) -> list[str]:
@@ -274,6 +309,19 @@ UPSERT_SNAPSHOT = """
     ON CONFLICT (conversation_id, head) DO UPDATE SET
         position = excluded.position, state = excluded.state,
         created_at = excluded.created_at, turn = excluded.turn
+"""
+
+# A kept summary replaces any of the same request; then only the newest ?2 stay.
+KEEP_SUMMARY = """
+    INSERT INTO kept_summaries (conversation_id, request, text, kept_at) VALUES (?, ?, ?, ?)
+    ON CONFLICT (conversation_id, request) DO UPDATE SET
+        text = excluded.text, kept_at = excluded.kept_at
+"""
+PRUNE_KEPT_SUMMARIES = """
+    DELETE FROM kept_summaries WHERE conversation_id = ?1 AND request NOT IN (
+        SELECT request FROM kept_summaries WHERE conversation_id = ?1
+        ORDER BY kept_at DESC LIMIT ?2
+    )
 """
 
 # Snapshot turns are unique per conversation, so everything at or below the

@@ -93,6 +93,12 @@ async def _prepare(
     # Earlier texts describe spans a finished reduction already replaced.
     ctx.sessions.prepared(outcome.key, branch, {request.key: result.text})
     ctx.metrics.summaries_prepared.inc()
+    # Kept for the crossing turn, which another process may serve.
+    try:
+        await ctx.store.keep_summary(outcome.key, request.key, result.text)
+    except StoreError as exc:
+        ctx.metrics.store_errors.labels("summary").inc()
+        log.info("could not keep the summary of %s: %s", outcome.key.conversation, exc)
 
 
 def embed_next(ctx: AppContext, outcome: Outcome) -> None:

@@ -37,6 +37,7 @@ class Loaded:
     `digests` and `hashes` are every message's (full-history mode only);
     `version` is the stored turn count an append-mode turn builds on;
     `extends` is the head of the stored snapshot the turn continues ("": none).
+    `key` is the conversation's.
     """
 
     turn: conv.Turn
@@ -46,6 +47,7 @@ class Loaded:
     digests: list[bytes] | None
     hashes: list[str] | None
     extends: str
+    key: ConvKey
 
 
 async def load(
@@ -95,7 +97,7 @@ async def _append(
     )
     await ctx.counter.prime(model, turn.history)
     count = RequestCounts(ctx.counter, model, turn.history, None, None, 0)
-    return Loaded(turn, count, False, stored.turns, None, None, stored.head)
+    return Loaded(turn, count, False, stored.turns, None, None, stored.head, key)
 
 
 async def _full(
@@ -138,7 +140,7 @@ async def _full(
     )
     count = RequestCounts(ctx.counter, model, turn.history, digests, counts, seen)
     extends = snapshot.head if snapshot is not None else ""
-    return Loaded(turn, count, stateless, None, digests, hashes, extends)
+    return Loaded(turn, count, stateless, None, digests, hashes, extends, key)
 
 
 async def _trimmed(

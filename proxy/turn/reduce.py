@@ -19,6 +19,7 @@ from ..errors import ProxyError
 from ..reduction import reduce
 from ..reduction.tail import Tail
 from ..reduction.types import KINDS, ContextTooLarge, Reduction, is_masked
+from ..store import StoreError
 from ..summarizer import SummarizerUnavailable
 from .fairness import GROUP_STEP, grouped_in_steps
 from .load import Loaded
@@ -74,6 +75,12 @@ async def reduce_turn(
     if memo is None and len(turn.working.tail) > GROUP_STEP and not is_masked(strategy):
         memo = await grouped_in_steps(turn.working.tail, count, policy)
     reduction = run(prepared, memo)
+    if reduction.summary_requests and branch.stretch is not None:
+        # A preparation was started for this branch, maybe by another process.
+        kept = await _kept(ctx, loaded)
+        if kept.keys() - prepared.keys():
+            prepared = {**kept, **prepared}
+            reduction = run(prepared, reduction.tail)
     if not reduction.summary_requests:
         return reduction, 0, 0
     ctx.metrics.summary_waits.inc()
@@ -95,6 +102,15 @@ async def reduce_turn(
     summaries = {**prepared, **texts}
     again = run(summaries, reduction.tail)
     return again, len(results), sum(r.tokens for r in results)
+
+
+async def _kept(ctx: AppContext, loaded: Loaded) -> dict[str, str]:
+    try:
+        return await ctx.store.kept_summaries(loaded.key)
+    except StoreError as exc:
+        ctx.metrics.store_errors.labels("summary").inc()
+        log.info("could not read the kept summaries of %s: %s", loaded.key.conversation, exc)
+        return {}
 
 
 def with_kind(reduction: Reduction, kind: str) -> Reduction:

@@ -183,11 +183,12 @@ class Sessions:
     def branch(self, key: ConvKey, extends: str, stored: SnapshotState | None = None) -> Branch:
         """The branch whose next turn extends the snapshot with head `extends`.
 
-        None kept (another process served the snapshot's turn): a new one, with
-        what the `stored` snapshot says was prepared for its stretch, and what
-        this process prepared for that stretch in an earlier turn. Texts are
-        keyed by what they summarise, so one prepared on another branch fits
-        only a request to summarise the very same messages.
+        None kept (another process served the snapshot's turn): a new one, for
+        the stretch the `stored` snapshot says a preparation was started for,
+        with what this process prepared for that stretch in an earlier turn
+        (the store keeps what another process prepared). Texts are keyed by what
+        they summarise, so one prepared on another branch fits only a request
+        to summarise the very same messages.
         """
         session = self._sessions.get(key)
         found = session.branches.get(extends) if session is not None else None
@@ -199,7 +200,7 @@ class Sessions:
         for mine in session.branches.values() if session is not None else ():
             if mine.stretch == stored.prepared_for:
                 texts.update(mine.texts)
-        return Branch(stored.prepared_for, {**texts, **stored.prepared})
+        return Branch(stored.prepared_for, texts)
 
     def advance(self, key: ConvKey, branch: Branch, head: str) -> None:
         """A turn of `branch` stored the snapshot `head`: the branch's next turn extends it."""

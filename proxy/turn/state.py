@@ -95,10 +95,9 @@ class SnapshotState:
     the archive chains it from further back than the request did (a client
     trimming its history, `conversation.Archived`); "" when it is the head.
     `prepared_for` is the stretch (`ReductionState.stretch`) a summary is being
-    prepared for in the background, and `prepared` the texts prepared so far,
-    by their request's key: the process serving the next turn, whichever it is,
-    does not prepare again, and at the crossing uses the texts if a turn of the
-    preparing process stored them by then (else it summarises, and waits).
+    prepared for in the background: the process serving the next turn, whichever
+    it is, does not prepare again, and at the crossing finds the text the
+    preparation kept in the store (`Store.keep_summary`).
     """
 
     leading: int = 0
@@ -107,7 +106,6 @@ class SnapshotState:
     stats: Stats = field(default_factory=Stats)
     archived_head: str = ""
     prepared_for: tuple[int, int] | None = None
-    prepared: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         state = {
@@ -121,7 +119,6 @@ class SnapshotState:
             state["archived_head"] = self.archived_head
         if self.prepared_for is not None:  # only near a reduction
             state["prepared_for"] = list(self.prepared_for)
-            state["prepared"] = dict(self.prepared)
         return state
 
     @classmethod
@@ -139,7 +136,6 @@ class SnapshotState:
             stats=Stats.from_json(data.get("stats")),
             archived_head=str(data.get("archived_head", "")),
             prepared_for=_stretch(data.get("prepared_for")),
-            prepared=_texts(data.get("prepared")),
         )
 
 
@@ -165,12 +161,6 @@ def _stretch(value: Any) -> tuple[int, int] | None:
     if isinstance(value, list) and len(value) == 2:
         return (_int(value[0]), _int(value[1]))
     return None
-
-
-def _texts(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
 def _int(value: Any) -> int:

@@ -1,5 +1,5 @@
-"""SQL helpers of the SQLite store: transactions, a conversation's rows read back, and the
-working history's rows.
+"""SQL helpers of the SQLite store: transactions, a conversation's rows read back, the
+working history's rows, and the summaries kept ahead of their reduction.
 
 A full-history working list is described by its place in the archived chain
 or kept as rows (schema.py says when); these functions read and write it.
@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from proxy.messages import Message
 from proxy.store.base import (
+    SUMMARIES_KEPT,
     ArchivedMessage,
     Conversation,
     ConversationSummary,
@@ -23,7 +24,14 @@ from proxy.store.base import (
     dumps,
     loads,
 )
-from proxy.store.schema import LIST_CONVERSATIONS, SELECT_SNAPSHOTS, SELECT_WORKING, WALK_CHAIN
+from proxy.store.schema import (
+    KEEP_SUMMARY,
+    LIST_CONVERSATIONS,
+    PRUNE_KEPT_SUMMARIES,
+    SELECT_SNAPSHOTS,
+    SELECT_WORKING,
+    WALK_CHAIN,
+)
 
 T = TypeVar("T")
 
@@ -225,6 +233,16 @@ def rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: i
         ).fetchall()
     )
     return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
+
+
+def keep_summary(db: sqlite3.Connection, cid: int, request: str, text: str, now: float) -> None:
+    db.execute(KEEP_SUMMARY, (cid, request, text, now))
+    db.execute(PRUNE_KEPT_SUMMARIES, (cid, SUMMARIES_KEPT))
+
+
+def kept_summaries(db: sqlite3.Connection, cid: int) -> list[tuple[str, str]]:
+    query = "SELECT request, text FROM kept_summaries WHERE conversation_id = ?"
+    return [(request, text) for request, text in db.execute(query, (cid,))]
 
 
 def write(db: sqlite3.Connection, body: Callable[[], T], *, begun: bool = False) -> T:

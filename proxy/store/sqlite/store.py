@@ -389,6 +389,16 @@ class SqliteStore(indexed.Searchable):
 
         return await self._run(lambda db: rows.write(db, lambda: job(db)))
 
+    async def keep_summary(self, key: ConvKey, request: str, text: str) -> None:
+        def job(db: sqlite3.Connection) -> None:
+            if (cid := rows.live_id(db, key, self._cutoff())) is not None:
+                rows.keep_summary(db, cid, request, text, self._now())
+
+        await self._run(lambda db: rows.write(db, lambda: job(db)))
+
+    async def kept_summaries(self, key: ConvKey) -> dict[str, str]:
+        return dict(await self._archived(key, rows.kept_summaries))
+
     async def delete(self, key: ConvKey) -> bool:
         if self._read_only:
             raise StoreError("the SQLite store is open read-only")
