@@ -137,13 +137,34 @@ def test_every_strategy_sends_what_anthropic_accepts(
     client_blocks = [b for m in items for b in m["content"]]
     for message in body["messages"]:
         if message["role"] == "assistant":
-            assert message in assistants  # thinking and signatures exactly as sent
+            # Thinking and signatures exactly as sent; other texts as sent or truncated.
+            assert message in assistants or any(cut_from(message, m) for m in assistants)
         for block in message["content"]:
             if "cache_control" in block:
                 assert block in client_blocks  # a breakpoint stays on its own block
     # The question goes as sent, after a summary or recall block merged before it.
     last = items[-1]["content"]
     assert body["messages"][-1]["content"][-len(last) :] == last
+
+
+def cut_from(forwarded: Item, sent: Item) -> bool:
+    """Whether `forwarded` is `sent` with texts cut around a marker, nothing else changed,
+    and `sent` has no thinking (which Anthropic checks as it was made)."""
+    pairs = list(zip(forwarded["content"], sent["content"], strict=False))
+    if len(forwarded["content"]) != len(sent["content"]) or any(
+        b.get("type") in ("thinking", "redacted_thinking") for b in sent["content"]
+    ):
+        return False
+    for cut, whole in pairs:
+        if cut == whole:
+            continue
+        if cut.keys() != whole.keys() or cut["type"] != "text" or "[..." not in cut["text"]:
+            return False
+        head, _, rest = cut["text"].partition("[...")
+        tail = rest.partition("...]")[2]
+        if not (whole["text"].startswith(head) and whole["text"].endswith(tail)):
+            return False
+    return True
 
 
 def test_classification_pairs_a_message_of_results_with_its_calls() -> None:
@@ -322,3 +343,19 @@ def test_the_assembler_never_raises_on_odd_events() -> None:
     assembler.close()
     assert assembler.done and not assembler.complete  # the broken tool input says so
     assert assembler.items()[0]["content"][0]["citations"] == [{}]
+
+
+def test_an_active_tool_result_too_large_for_the_window_is_truncated_as_on_chat() -> None:
+    """Past the window, the active turn's large result is cut around a marker, as a
+    chat tool message is, instead of refusing the request."""
+    call = {"role": "assistant", "content": [thinking("look it up"), tool_use("a")]}
+    items = [user(text("What is in the log?")), call, user(result("a", "line\n" * 4000))]
+    reduction = reduced(items, "summarize", 2000)
+    assert reduction is not None and "truncated" in reduction.kinds
+    payload = {"model": "claude-x", "max_tokens": 64}
+    body = sent({**payload, "messages": items}, list(reduction.messages))
+    mock_anthropic.validate(body, HEADERS, {})
+    assert body["messages"][:2] == items[:2], "the question and the thinking as sent"
+    cut = body["messages"][2]["content"][0]
+    assert cut["tool_use_id"] == "a" and "[..." in cut["content"]
+    assert sum(count(m) for m in reduction.messages) <= Budget(2000).limit

@@ -10,7 +10,7 @@ own dialect, with its own tests).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -75,6 +75,10 @@ class Items:
 
     def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
         return None
+
+    def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
+        field = {"message": "content", "function_call_output": "output"}.get(item.get("type"))
+        return {**item, field: cut(item[field])} if field else item
 
 
 ITEMS = Items()

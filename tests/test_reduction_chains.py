@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.dialects.anthropic import ANTHROPIC
+from proxy.dialects.chat_completions import CHAT
+from proxy.dialects.responses import RESPONSES
 from proxy.messages import Message, text_of
 from proxy.reduction import repair, truncate_text
 from proxy.reduction.chains import active_index, flatten, group, segment_starts
 from proxy.reduction.repair import PLACEHOLDER, REPAIR_PASSES
-from proxy.reduction.truncate import marker, shrink, truncate_to_fit
+from proxy.reduction.truncate import MIN_CHARS, marker, shrink, truncate_to_fit
 from tests.factories import assistant, call, tool, tool_round, user
 
 
 def count(message: Message) -> int:
     return 3 + len(text_of(message)) // 4 + 1
+
+
+def size(message: Message) -> int:
+    """Tokens of any dialect's item: its JSON's length, as a counter reads the whole item."""
+    return 3 + len(orjson.dumps(message)) // 4
 
 
 def test_tool_chain_is_one_unit_whatever_the_result_order() -> None:
@@ -80,13 +92,14 @@ def test_truncation_marker_width_is_solved_exactly() -> None:
 
 def test_short_text_is_never_truncated() -> None:
     assert truncate_text("short", 10) == "short"
-    assert shrink(user("tiny"), 1, count) is None
-    assert shrink({"role": "user", "content": [{"type": "text", "text": "x"}]}, 1, count) is None
+    assert shrink(user("tiny"), 1, count, CHAT) is None
+    blocks = {"role": "user", "content": [{"type": "text", "text": "x"}]}
+    assert shrink(blocks, 1, count, CHAT) is None
 
 
 def test_shrink_keeps_the_token_to_character_ratio() -> None:
     message = tool("id", "z" * 2400)
-    smaller = shrink(message, 100, count)
+    smaller = shrink(message, 100, count, CHAT)
     assert smaller is not None and smaller["tool_call_id"] == "id"
     assert count(smaller) <= 100 and count(smaller) > 80
     assert message["content"] == "z" * 2400
@@ -94,9 +107,114 @@ def test_shrink_keeps_the_token_to_character_ratio() -> None:
 
 def test_largest_messages_are_truncated_first() -> None:
     messages = [user("a" * 400), tool("x", "b" * 4000), user("c" * 40)]
-    out, left = truncate_to_fit(messages, [0, 1, 2], 500, count)
+    out, left = truncate_to_fit(messages, [0, 1, 2], 500, count, CHAT)
     assert left <= 0
     assert out[0] is messages[0] and out[2] is messages[2]
     assert "[..." in out[1]["content"]
-    same, left = truncate_to_fit(messages, [2], 500, count)
+    same, left = truncate_to_fit(messages, [2], 500, count, CHAT)
     assert same is messages and left == 500
+
+
+def test_shrink_cuts_the_texts_of_content_parts_and_leaves_the_rest() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.test/a.png"}}
+    message = {"role": "user", "content": [{"type": "text", "text": "p" * 4000}, image]}
+    smaller = shrink(message, 200, size, CHAT)
+    assert smaller is not None and size(smaller) <= 200
+    assert smaller["content"][1] == image and "[..." in smaller["content"][0]["text"]
+
+
+def test_an_anthropic_tool_result_is_cut_inside_its_block_and_thinking_never() -> None:
+    block = {"type": "tool_result", "tool_use_id": "t1", "is_error": False, "content": "r" * 8000}
+    listed = {**block, "content": [{"type": "text", "text": "r" * 8000}]}
+    for result in (block, listed):
+        message = {"role": "user", "content": [result, {"type": "text", "text": "and?"}]}
+        smaller = shrink(message, 300, size, ANTHROPIC)
+        assert smaller is not None and size(smaller) <= 300
+        cut = smaller["content"][0]
+        assert {k: v for k, v in cut.items() if k != "content"} == {
+            k: v for k, v in result.items() if k != "content"
+        }
+        assert "[..." in str(cut["content"]) and smaller["content"][1]["text"] == "and?"
+    thought = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    answer = {"role": "assistant", "content": [thought, {"type": "text", "text": "a" * 8000}]}
+    assert shrink(answer, 300, size, ANTHROPIC) is None
+
+
+def test_a_responses_output_is_cut_and_calls_and_reasoning_never() -> None:
+    output = {"type": "function_call_output", "call_id": "c1", "output": "o" * 8000}
+    smaller = shrink(output, 300, size, RESPONSES)
+    assert smaller is not None and smaller["call_id"] == "c1" and "[..." in smaller["output"]
+    message = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "m" * 8000}],
+    }
+    assert "[..." in str(shrink(message, 300, size, RESPONSES))
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{" + "x" * 8000}
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs",
+        "summary": [{"type": "summary_text", "text": "s" * 8000}],
+    }
+    assert shrink(call, 300, size, RESPONSES) is None
+    assert shrink(reasoning, 300, size, RESPONSES) is None
+
+
+@given(st.integers(0, 6000), st.integers(0, 6000), st.integers(20, 3000))
+def test_shrink_fits_and_changes_only_texts_in_every_dialect(a: int, b: int, target: int) -> None:
+    """Whatever the texts' sizes: the result is None or fits (down to the shortest worth a
+    marker), and each text is the original's start and end around a marker."""
+    cases = [
+        (
+            CHAT,
+            {
+                "role": "tool",
+                "tool_call_id": "t",
+                "content": [text_part("text", a), text_part("text", b)],
+            },
+        ),
+        (
+            ANTHROPIC,
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": "r" * a},
+                    text_part("text", b),
+                ],
+            },
+        ),
+        (
+            RESPONSES,
+            {
+                "type": "message",
+                "role": "user",
+                "content": [text_part("input_text", a), text_part("input_text", b)],
+            },
+        ),
+    ]
+    for dialect, message in cases:
+        smaller = shrink(message, target, size, dialect)
+        if smaller is None:
+            continue
+        assert size(smaller) < size(message)
+        floor = size(dialect.shortened(message, lambda t: t[:MIN_CHARS]))
+        assert size(smaller) <= max(target, floor)
+        for cut, whole in zip(texts_of(smaller), texts_of(message), strict=True):
+            head, _, rest = cut.partition("[...")
+            assert cut == whole or (
+                whole.startswith(head) and whole.endswith(rest.partition("...]")[2])
+            )
+
+
+def text_part(kind: str, n: int) -> dict[str, str]:
+    return {"type": kind, "text": "w" * n}
+
+
+def texts_of(message: Message) -> list[str]:
+    found: list[str] = []
+    content = message.get("content")
+    for block in content if isinstance(content, list) else []:
+        inner = block.get("content")
+        found += [inner] if isinstance(inner, str) else []
+        found += [block["text"]] if "text" in block else []
+    return found

@@ -96,6 +96,27 @@ class Dialect(Protocol):
         repair; None when the item is nothing but those results and goes as nothing."""
         ...
 
+    def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
+        """`item` with each text the model reads as prose (a message's, a tool result's)
+        passed through `cut`, truncation's last resort; ids, a call's arguments, reasoning,
+        signatures and media stay as they are."""
+        ...
+
+
+def cut_blocks(content: Any, types: frozenset[str], cut: Callable[[str], str]) -> Any:
+    """`content`, a string or a list of blocks, with the string or each block of `types`
+    (its `text`) passed through `cut`; anything else as it is."""
+    if isinstance(content, str):
+        return cut(content)
+    if not isinstance(content, list):
+        return content
+    return [
+        {**b, "text": cut(b["text"])}
+        if isinstance(b, dict) and b.get("type") in types and isinstance(b.get("text"), str)
+        else b
+        for b in content
+    ]
+
 
 class Assembler(Protocol):
     """Rebuilds the answer's item from a streamed answer, fed the bytes as they are relayed.

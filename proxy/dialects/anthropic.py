@@ -14,12 +14,12 @@ written in `anthropic_request.py`, answers in `anthropic_answer.py`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
-from . import Answer, Item, anthropic_cache, anthropic_request
+from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
 from .anthropic_answer import MessagesAssembler, message_from_body
 
@@ -58,6 +58,8 @@ def _text_block(text: str) -> dict[str, Any]:
 # In place of a user message that held nothing but results of calls the history
 # lacks: dropped, it would leave two assistant messages side by side, a history
 # ending on the assistant's message (which Anthropic reads as a prefill), or none.
+TEXT_BLOCKS = frozenset({"text"})
+THINKING = frozenset({"thinking", "redacted_thinking"})
 STRAY_RESULTS = "[Tool results omitted: the calls they answer are not in this conversation.]"
 
 
@@ -132,6 +134,21 @@ class AnthropicItems:
             for b in content
         ]
         return {**item, "content": out}
+
+    def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
+        content = item.get("content")
+        if any(b.get("type") in THINKING for b in blocks(item)):
+            return item  # Anthropic checks an assistant message with thinking as it was made
+        if isinstance(content, list):  # a tool result's own content is cut as a message's
+            content = [
+                {**b, "content": cut_blocks(b["content"], TEXT_BLOCKS, cut)}
+                if isinstance(b, dict) and b.get("type") == "tool_result" and "content" in b
+                else b
+                for b in content
+            ]
+        return (
+            item if content is None else {**item, "content": cut_blocks(content, TEXT_BLOCKS, cut)}
+        )
 
     def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
         # Only the stray results go: the message's other results, its text and images

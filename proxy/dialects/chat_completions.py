@@ -9,16 +9,18 @@ are read and written in `chat_request.py`, answers in `chat_answer.py`.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Any
 
 import orjson
 
 from ..messages import LEADING_ROLES, role, system_message, text_of, tool_call_ids, tool_calls
-from . import Answer, Item, chat_request
+from . import Answer, Item, chat_request, cut_blocks
 from . import body as body_checks
 from .chat_answer import StreamAssembler, message_from_completion
+
+TEXT_PARTS = frozenset({"text"})
 
 
 class ChatCompletions:
@@ -75,6 +77,11 @@ class ChatCompletions:
 
     def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
         return None  # a tool message is one result
+
+    def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
+        if item.get("content") is None:
+            return item
+        return {**item, "content": cut_blocks(item["content"], TEXT_PARTS, cut)}
 
 
 CHAT = ChatCompletions()

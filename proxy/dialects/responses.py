@@ -12,13 +12,13 @@ answers in `responses_answer.py`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from ..messages import LEADING_ROLES
-from . import Answer, Item, responses_request
+from . import Answer, Item, cut_blocks, responses_request
 from . import body as body_checks
 from .responses_answer import ResponsesAssembler, items_from_response, response_id
 
@@ -41,6 +41,7 @@ PLACEHOLDERS = {
 }
 TEXT_OUTPUTS = frozenset(PLACEHOLDERS.values())
 TOOL_TYPES = frozenset(CALLS) | frozenset(ANSWERS)
+TEXT_PARTS = frozenset({"input_text", "output_text"})
 
 
 def kind(item: Item) -> str:
@@ -125,6 +126,14 @@ class ResponsesItems:
 
     def without_answers(self, item: Item, call_ids: Sequence[str]) -> Item | None:
         return None  # an output item is one result
+
+    def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
+        found = kind(item)
+        if found == "message" and item.get("content") is not None:
+            return {**item, "content": cut_blocks(item["content"], TEXT_PARTS, cut)}
+        if found in TEXT_OUTPUTS and item.get("output") is not None:
+            return {**item, "output": cut_blocks(item["output"], TEXT_PARTS, cut)}
+        return item  # calls, reasoning, structured outputs
 
 
 RESPONSES = ResponsesItems()

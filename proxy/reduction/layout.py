@@ -284,12 +284,13 @@ def _last_resort(
     opens_turn = ctx.policy.dialect.opens_turn
     user_at = max((i for i in movable if opens_turn(out[i])), default=-1)
     older = [i for i in movable if i != user_at]
-    out, _ = truncate_to_fit(out, older, total - budget.limit, ctx.count)
+    dialect = ctx.policy.dialect
+    out, _ = truncate_to_fit(out, older, total - budget.limit, ctx.count, dialect)
     total = ctx.tokens(out)
     available = max(0, budget.hard_limit - REPLY_PRIMING)
     if total > available:
         summary_at = [head_len - 1] if head_len > len(ctx.working.leading) else []
-        out, _ = truncate_to_fit(out, summary_at + movable, total - available, ctx.count)
+        out, _ = truncate_to_fit(out, summary_at + movable, total - available, ctx.count, dialect)
         total = ctx.tokens(out)
         if total > available:
             raise ContextTooLarge(total + REPLY_PRIMING, budget.hard_limit)

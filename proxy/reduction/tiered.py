@@ -310,7 +310,9 @@ def _cut(unit: Unit, cap: int, ctx: Context) -> tuple[Unit, bool]:
     """Large-message compression: each forwarded message over `cap` shrinks around a marker."""
     forward: list[Message] = []
     for message in unit.forward:
-        smaller = shrink(message, cap, ctx.count) if ctx.count(message) > cap else None
+        smaller = (
+            shrink(message, cap, ctx.count, unit.dialect) if ctx.count(message) > cap else None
+        )
         forward.append(message if smaller is None else smaller)
     if all(a is b for a, b in zip(forward, unit.forward, strict=True)):
         return unit, False

@@ -8,8 +8,10 @@ message is only ever shortened when dropping whole units cannot make room.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
+from ..dialects import Dialect
 from ..messages import Message
 from .types import Counter
 
@@ -40,35 +42,47 @@ def truncate_text(text: str, length: int) -> str:
     return text[:head] + marker(removed) + text[len(text) - (keep - head) :]
 
 
-def shrink(message: Message, target_tokens: int, count: Counter) -> Message | None:
-    """A copy of `message` whose string content is cut to about `target_tokens`.
+def shrink(
+    message: Message, target_tokens: int, count: Counter, dialect: Dialect
+) -> Message | None:
+    """A copy of `message` whose texts (`Dialect.shortened`) are cut to about `target_tokens`.
 
-    The cut keeps the message's own token-to-character ratio (a 600-token
-    message asked to fit 100 tokens keeps a sixth of its characters), then
-    tightens until the counter agrees. None when there is nothing to cut.
+    Each text keeps the same share of its characters, the message's own
+    token-to-character ratio (a 600-token message asked to fit 100 tokens keeps
+    a sixth of each), then the share tightens until the counter agrees. None
+    when there is nothing to cut.
     """
-    content = message.get("content")
-    if not isinstance(content, str) or len(content) <= MIN_CHARS:
-        return None
     tokens = count(message)
-    overhead = count({**message, "content": ""})
-    content_tokens = max(1, tokens - overhead)
-    length = int(len(content) * max(0, target_tokens - overhead) / content_tokens)
-    length = max(MIN_CHARS, min(length, len(content) - 1))
+    overhead = count(dialect.shortened(message, lambda _: ""))
+    if overhead >= tokens:
+        return None
+    share = max(0, target_tokens - overhead) / (tokens - overhead)
     best: Message | None = None
     for _ in range(12):
-        candidate = {**message, "content": truncate_text(content, length)}
-        best = candidate
-        if count(candidate) <= target_tokens or length <= MIN_CHARS:
+        candidate = dialect.shortened(message, functools.partial(_cut, share=share))
+        if candidate == best:  # every text is down to the shortest worth a marker
             break
-        length = max(MIN_CHARS, int(length * 0.85))
-    if best is None or count(best) >= tokens:
+        best = candidate
+        if count(candidate) <= target_tokens:
+            break
+        share *= 0.85
+    if best is None or best == message or count(best) >= tokens:
         return None
     return best
 
 
+def _cut(text: str, share: float) -> str:
+    if len(text) <= MIN_CHARS:
+        return text
+    return truncate_text(text, max(MIN_CHARS, min(int(len(text) * share), len(text) - 1)))
+
+
 def truncate_to_fit(
-    messages: list[Message], candidates: Sequence[int], excess: int, count: Counter
+    messages: list[Message],
+    candidates: Sequence[int],
+    excess: int,
+    count: Counter,
+    dialect: Dialect,
 ) -> tuple[list[Message], int]:
     """Shorten the largest candidates first until `excess` tokens are gone.
 
@@ -80,7 +94,7 @@ def truncate_to_fit(
         if excess <= 0:
             break
         before = count(out[i])
-        smaller = shrink(out[i], max(0, before - excess), count)
+        smaller = shrink(out[i], max(0, before - excess), count, dialect)
         if smaller is None:
             continue
         if out is messages:
