@@ -33,9 +33,15 @@ def test_a_passing_message_holds_a_specific_word_and_half_the_weight(
     weights = {w: relevance.idf(total, len(p)) for w, p in postings.items() if p}
     new = relevance.UNSEEN_SHARE * relevance.idf(total, 1)
     weight = sum(weights.values()) + new * (len(postings) - len(weights))
+    beyond = any(not p for w, p in postings.items())  # a word never said
     for i in passed:
         held = [w for w, p in postings.items() if i in p]
-        assert any(len(postings[w]) <= rare and not w.isdigit() for w in held)
+        met = [
+            (a, b)
+            for a, b in itertools.combinations(held, 2)
+            if len(postings[a] & postings[b]) <= rare and not (a.isdigit() or b.isdigit())
+        ]
+        assert any(len(postings[w]) <= rare and not w.isdigit() for w in held) or (beyond and met)
         assert sum(weights[w] for w in held) >= relevance.MATCHED_SHARE * weight
     assert len(set(passed)) == len(passed)
 
@@ -212,6 +218,18 @@ def test_a_long_turn_is_read_for_its_asking_at_its_opening_and_its_end() -> None
     assert english.asks(f"Summarize what I said about the garden.\n{document}")
     assert english.asks(f"{document}\nwhat did I say about the garden")
     assert not english.asks(document)
+
+
+def test_two_everyday_words_said_together_once_answer_a_question_asking_beyond_them() -> None:
+    """ "What animal did Evan see while hiking?": hiking and seeing are said every
+    session (30 of 200 messages each, too common alone), together once; "animal" never."""
+    hike, see = frozenset(range(30)), frozenset({29, *range(100, 129)})
+    assert relevance.passing({"hike": hike, "see": see, "animal": frozenset()}, 200) == [29]
+    # Without a word beyond the subject, or in a turn that asks nothing: no moment asked.
+    assert relevance.passing({"hike": hike, "see": see}, 200) == []
+    assert (
+        relevance.passing({"hike": hike, "see": see, "animal": frozenset()}, 200, asks=False) == []
+    )
 
 
 def test_only_everyday_words_or_a_bare_number_pass_nothing() -> None:

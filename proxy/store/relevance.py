@@ -22,7 +22,10 @@ still a match. The floor asks more of a hit than a score:
 - Of the rest, the specific words (in at most 2 messages or 5 % of the
   conversation, and not bare numbers) decide: a hit must contain one of them,
   and its matched words must carry at least half of the question's IDF
-  weight. A question that shares only the conversation's everyday words finds
+  weight. A question asking beyond its subject (with a word the conversation
+  never used) may instead have two of its words meet in a hit, when they meet
+  as seldom: a running interest's word and a verb, each said every session,
+  said together once. A question that shares only the conversation's everyday words finds
   nothing, nor does one that shares only a number ("day 50" against "budget 50
   euros").
 - A turn that asks nothing (a statement, or a request that reads as neither
@@ -101,19 +104,35 @@ def passing(postings: Mapping[str, Set[int]], total: int, *, asks: bool = True) 
     rare = max(RARE_DOCS, RARE_SHARE * total) if asks else RARE_DOCS
     # Bare numbers (days, amounts, counts) recur by coincidence: never specific alone.
     specific = {w for w, p in seen.items() if len(p) <= rare and not w.isdigit()}
-    if not specific:
+    # A question with a word the conversation never used asks beyond its subject:
+    # two of its words said together as seldom as a specific word name one moment
+    # of an everyday subject ("what animal did you see while hiking").
+    new = sum(1 for w, p in postings.items() if not p and not w[:1].isupper())
+    together = _met(seen, rare) if asks and new else set()
+    if not specific and not together:
         return []
     # Everyday words the question shares need not be in a hit: a statement rarely
     # repeats the question's framing ("How old is ...") around its specific word.
     # New words weigh less than a word said once: "passport renewal" still finds "passport".
     # A name the conversation never wrote is someone the sides call otherwise ("Mel"
     # for "Melanie") or a stranger: no message holds it either way, so it weighs nothing.
-    new = sum(1 for w, p in postings.items() if not p and not w[:1].isupper())
     unseen = new * UNSEEN_SHARE * idf(total, 1)
     weight = sum(weights.values()) + unseen
     carried: defaultdict[int, float] = defaultdict(float)
     for w, ids in seen.items():
         for i in ids:
             carried[i] += weights[w]
-    has_specific = set().union(*(seen[w] for w in specific))
+    has_specific = set().union(*(seen[w] for w in specific)) | together
     return [i for i in has_specific if carried[i] >= MATCHED_SHARE * weight]
+
+
+def _met(seen: Mapping[str, Set[int]], rare: float) -> set[int]:
+    """The messages where two of the words (not bare numbers) meet, in at most `rare`."""
+    words = [w for w in seen if not w.isdigit()]
+    found: set[int] = set()
+    for i, first in enumerate(words):
+        for second in words[i + 1 :]:
+            both = seen[first] & seen[second]
+            if len(both) <= rare:
+                found |= both
+    return found
