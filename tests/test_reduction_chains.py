@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from proxy.messages import Message, text_of
 from proxy.reduction import repair, truncate_text
 from proxy.reduction.chains import active_index, flatten, group, segment_starts
@@ -100,3 +102,29 @@ def test_largest_messages_are_truncated_first() -> None:
     assert "[..." in out[1]["content"]
     same, left = truncate_to_fit(messages, [2], 500, count)
     assert same is messages and left == 500
+
+
+def test_a_responses_output_and_the_longest_text_part_are_cut() -> None:
+    # A Responses tool output holds its text in `output`; the SDKs often send a list of parts.
+    def by_size(message: Message) -> int:
+        return len(orjson.dumps(message)) // 4
+
+    output = {"type": "function_call_output", "call_id": "c", "output": "o" * 4000}
+    smaller = shrink(output, 100, by_size)
+    assert smaller is not None and smaller["call_id"] == "c" and "[..." in smaller["output"]
+    assert by_size(smaller) <= 100
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 3000}
+    parts = [{"type": "input_text", "text": "q"}, image, {"type": "input_text", "text": "t" * 4000}]
+    message = {"role": "user", "content": parts}
+    cut = shrink(message, 200, by_size)
+    assert cut is not None and cut["content"][:2] == parts[:2]  # the image is never cut
+    assert "[..." in cut["content"][2]["text"] and len(cut["content"][2]["text"]) < 1000
+    assert message["content"][2]["text"] == "t" * 4000
+    assert shrink({"role": "user", "content": [image]}, 10, by_size) is None
+    # Anthropic's assistant messages go back as sent, so its `text` parts are not cut.
+    assert (
+        shrink(
+            {"role": "assistant", "content": [{"type": "text", "text": "t" * 4000}]}, 10, by_size
+        )
+        is None
+    )

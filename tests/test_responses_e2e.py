@@ -16,8 +16,10 @@ from typing import Any
 import openai
 import pytest
 
+from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
 from proxy.reduction.types import Budget
+from proxy.store import ConvKey, open_store
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
 from .servers import run_server, serve_proxy
@@ -141,6 +143,30 @@ def test_a_conversation_the_provider_holds_goes_through_as_sent(
     assert chained.body["previous_response_id"] == first.id
     assert chained.body["input"] == "What number?"  # forwarded as the app sent it
     assert unknown.value.status_code == 400  # the upstream's own answer, relayed
+
+
+def test_a_tool_output_larger_than_the_window_is_truncated_not_refused(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """An agent that read a big file: the output of the round under way cannot be dropped,
+    so it is cut around the marker (as a chat tool message is), not answered with a 400."""
+    upstream, upstream_url = fake
+    big = "line of a very large file with many words in it; " * 2000  # ~24000 tokens
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db) as url:
+        agent = Agent(url + "/v1", **{"X-Conversation-Id": "reader"})
+        with agent.api:
+            agent.send({"role": "user", "content": "Please call tool lookup to read the file."})
+            call = agent.input[-1]
+            agent.send({"type": "function_call_output", "call_id": call["call_id"], "output": big})
+    assert agent.headers[-1]["x-context-reduction"] == "truncated"
+    sent = upstream.responses_requests()[-1]["input"]
+    output = next(i for i in sent if i.get("type") == "function_call_output")["output"]
+    assert "[..." in output and len(output) < len(big) // 4
+    assert output.startswith(big[:40]) and output.endswith(big[-40:])
+    store = open_store("sqlite", path=str(db))
+    archived = asyncio.run(store.archive(ConvKey(tenant_of("sk-responses"), "reader")))
+    assert any(a.message.get("output") == big for a in archived)  # the archive keeps it whole
 
 
 def test_append_mode_supplies_the_stored_items_the_answer_included(
