@@ -156,6 +156,10 @@ def test_too_many_items_is_a_413() -> None:
             {"input": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "x"}]},
             "compaction",
         ),
+        (
+            {"input": [{"role": "user", "content": "x"}, {"type": "compaction_trigger"}]},
+            "compaction_trigger",
+        ),
         ({}, None),
     ],
 )

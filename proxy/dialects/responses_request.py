@@ -19,6 +19,10 @@ MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call_output"})
 # Fields that make OpenAI, not the request, hold the conversation or its compaction.
 SERVER_STATE = ("previous_response_id", "conversation", "context_management")
+# Items only the provider can read (a compaction, a reference to a stored item), or one
+# asking it to compact the input (`compaction_trigger`, the last item): OpenAI's own
+# compaction, chosen by the app, is left to do its work on the input as sent.
+PROVIDER_ITEMS = ("compaction", "compaction_trigger", "item_reference")
 
 
 def parse(
@@ -76,6 +80,6 @@ def server_state(payload: dict[str, Any]) -> str | None:
         if payload.get(key):
             return key
     for item in payload["input"]:
-        if isinstance(item, dict) and item.get("type") in ("compaction", "item_reference"):
-            return str(item["type"])  # items only the provider holds
+        if isinstance(item, dict) and item.get("type") in PROVIDER_ITEMS:
+            return str(item["type"])
     return None
