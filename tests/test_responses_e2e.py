@@ -169,6 +169,27 @@ def test_a_tool_output_larger_than_the_window_is_truncated_not_refused(
     assert any(a.message.get("output") == big for a in archived)  # the archive keeps it whole
 
 
+def test_a_long_history_is_summarised_within_the_small_window_of_its_own_model(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """A conversation first seen past its model's window (moved from a larger model): the
+    summariser, the same model, gets calls that fit that window, and no fallback is needed."""
+    upstream, upstream_url = fake
+    history: list[Any] = []
+    for i in range(90):
+        history.append({"role": "user", "content": f"Day {i}: " + "what to see and eat " * 12})
+        history.append({"role": "assistant", "content": f"On day {i} " + "walk the old town " * 12})
+    history.append({"role": "user", "content": "And the last day?"})
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            raw = api.responses.with_raw_response.create(model=MODEL, input=history, store=False)
+    assert TokenCounter().count_messages(MODEL, history) > 2 * WINDOW
+    assert raw.headers["x-context-reduction"] == "summarized"
+    assert not [c.error for c in upstream.calls if c.error]  # no call past the window
+    assert upstream.summary_requests()
+
+
 def test_append_mode_supplies_the_stored_items_the_answer_included(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
