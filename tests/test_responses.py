@@ -123,6 +123,8 @@ def test_a_string_input_is_one_user_message_sent_back_as_a_string() -> None:
         ({"input": "x"}, "model"),
         ({"model": "m", "input": [3]}, "input[0]"),
         ({"model": "m", "input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": ["user"], "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": {"a": 1}, "content": "x"}]}, "input[0].role"),
         ({"model": "m", "input": [{"role": "user", "content": 3}]}, "input[0].content"),
         ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, None),
         ({"model": "m", "input": "x", "max_output_tokens": -1}, "max_output_tokens"),

@@ -54,7 +54,7 @@ def check_item(item: Any, index: int) -> None:
         raise ProxyError(400, f"{where}.type must be a string.", param=f"{where}.type")
     if kind == "message":
         role = item.get("role")
-        if role not in MESSAGE_ROLES:
+        if not isinstance(role, str) or role not in MESSAGE_ROLES:  # a list is not hashable
             raise ProxyError(
                 400,
                 f"{where}.role must be one of {', '.join(sorted(MESSAGE_ROLES))}; got {role!r}.",
