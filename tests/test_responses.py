@@ -363,6 +363,24 @@ def test_structured_outputs_are_never_cleared_and_calls_get_matching_placeholder
     assert not any(i.get("type") == "computer_call_output" for i in repaired)  # cannot be made up
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"prompt": {"id": "pmpt_1", "variables": {"city": "Oslo"}}},
+        {"previous_response_id": "resp_1", "input": []},
+        {"conversation": "conv_1", "input": None},
+    ],
+)
+def test_a_request_whose_input_a_prompt_or_the_provider_supplies_needs_none(
+    extra: dict[str, Any],
+) -> None:
+    # A stored prompt (OpenAI's reusable prompts) can be the whole request.
+    payload = parse(json.dumps({"model": "m", **extra}).encode())
+    assert RESPONSES_WIRE.server_state(payload) == "input"  # forwarded as sent
+    with pytest.raises(ProxyError):
+        parse(json.dumps({"model": "m", "input": [], "metadata": {"a": "b"}}).encode())
+
+
 def test_item_references_mean_the_provider_holds_the_conversation() -> None:
     body = {
         "model": "m",

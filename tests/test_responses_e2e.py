@@ -145,6 +145,29 @@ def test_a_conversation_the_provider_holds_goes_through_as_sent(
     assert unknown.value.status_code == 400  # the upstream's own answer, relayed
 
 
+def test_a_request_without_input_goes_through_as_sent(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """OpenAI's reusable prompts: the stored prompt is the input, so the request has none."""
+    upstream, upstream_url = fake
+    prompt: Any = {"id": "pmpt_1", "variables": {"city": "Oslo"}}
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            raw = api.responses.with_raw_response.create(model=MODEL, prompt=prompt)
+            stored = api.responses.create(model=MODEL, input="Hello.")  # a turn it continues
+            chained = api.responses.with_raw_response.create(
+                model=MODEL, previous_response_id=stored.id, input=[]
+            )
+    assert raw.status_code == chained.status_code == 200
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    assert chained.headers["x-context-reduction"] == "passthrough"
+    sent = upstream.responses_requests()
+    assert sent[0] == {"model": MODEL, "prompt": prompt}
+    assert sent[2] == {"model": MODEL, "previous_response_id": stored.id, "input": []}
+
+
 def test_a_tool_output_larger_than_the_window_is_truncated_not_refused(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:

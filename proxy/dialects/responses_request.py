@@ -23,6 +23,8 @@ SERVER_STATE = ("previous_response_id", "conversation", "context_management")
 # asking it to compact the input (`compaction_trigger`, the last item): OpenAI's own
 # compaction, chosen by the app, is left to do its work on the input as sent.
 PROVIDER_ITEMS = ("compaction", "compaction_trigger", "item_reference")
+# Fields that may supply the whole input, so that a request needs none of its own.
+SUPPLIERS = ("previous_response_id", "conversation", "prompt")
 
 
 def parse(
@@ -36,6 +38,12 @@ def parse(
     items = payload.get("input")
     if isinstance(items, str):
         items = payload["input"] = [{"role": "user", "content": items}]
+    if items in (None, []) and any(payload.get(k) for k in SUPPLIERS):
+        # A stored prompt, or the conversation OpenAI holds, is the input: nothing to
+        # reduce, so the request goes as sent (`server_state`).
+        payload["input"] = []
+        body_checks.flags(payload, ("max_output_tokens",))
+        return payload
     if not isinstance(items, list) or not items:
         raise ProxyError(
             400, "'input' is required: a string or a non-empty array of items.", param="input"
@@ -71,11 +79,14 @@ def check_item(item: Any, index: int) -> None:
 
 
 def server_state(payload: dict[str, Any]) -> str | None:
-    """The field that makes OpenAI hold this conversation (or compact it), if any.
+    """The field that makes OpenAI hold this conversation (or compact it, or supply the
+    whole input), if any.
 
     Such a request's `input` is not the conversation, so it cannot be
-    reduced; the app chose the provider's state or compaction.
+    reduced; the app chose the provider's state, compaction or stored prompt.
     """
+    if not payload["input"]:
+        return "input"  # none sent: a stored prompt or the provider supplies it
     for key in SERVER_STATE:
         if payload.get(key):
             return key
