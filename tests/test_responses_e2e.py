@@ -168,6 +168,25 @@ def test_a_request_without_input_goes_through_as_sent(
     assert sent[2] == {"model": MODEL, "previous_response_id": stored.id, "input": []}
 
 
+def test_a_chain_that_asks_openai_to_compact_is_not_continued_by_the_proxy(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """With manage_server_state, a chained request ending with a compaction_trigger goes to
+    OpenAI as sent: the app chose OpenAI's compaction of the chain it stored."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            first = api.responses.create(model=MODEL, input="Hello.")
+            items: Any = [{"role": "user", "content": "Go on."}, {"type": "compaction_trigger"}]
+            raw = api.responses.with_raw_response.create(
+                model=MODEL, previous_response_id=first.id, input=items
+            )
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    sent = upstream.responses_requests()[-1]
+    assert sent["previous_response_id"] == first.id and sent["input"] == items
+
+
 def test_a_tool_output_larger_than_the_window_is_truncated_not_refused(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:

@@ -17,8 +17,9 @@ from . import body as body_checks
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call_output"})
-# Fields that make OpenAI, not the request, hold the conversation or its compaction.
-SERVER_STATE = ("previous_response_id", "conversation", "context_management")
+# Fields that make OpenAI, not the request, hold the conversation or its compaction;
+# compaction first, so that a chain is named by its id only when nothing else applies.
+SERVER_STATE = ("context_management", "conversation", "previous_response_id")
 # Items only the provider can read (a compaction, a reference to a stored item), or one
 # asking it to compact the input (`compaction_trigger`, the last item): OpenAI's own
 # compaction, chosen by the app, is left to do its work on the input as sent.
@@ -87,10 +88,13 @@ def server_state(payload: dict[str, Any]) -> str | None:
     """
     if not payload["input"]:
         return "input"  # none sent: a stored prompt or the provider supplies it
-    for key in SERVER_STATE:
-        if payload.get(key):
-            return key
+    # Compaction and provider items first: `previous_response_id` alone is a chain
+    # `[responses] manage_server_state` may continue, never one the app asked OpenAI
+    # to compact.
     for item in payload["input"]:
         if isinstance(item, dict) and item.get("type") in PROVIDER_ITEMS:
             return str(item["type"])
+    for key in SERVER_STATE:
+        if payload.get(key):
+            return key
     return None
