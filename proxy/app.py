@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import hmac
 import logging
 import time
@@ -80,6 +81,11 @@ def create_app(
             model=summarizer_model,
             timeout_s=r.summarizer_timeout_s,
             window_tokens=window,
+            window_of=functools.partial(
+                context_window,
+                overrides=settings.models.windows,
+                default=settings.models.default_context_tokens,
+            ),
             api=r.summarizer_api,
             openai_key=settings.upstream.api_key,
             anthropic=anthropic_route(settings),

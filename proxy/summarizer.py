@@ -112,7 +112,11 @@ class SummaryResult:
 
 
 class Summarizer:
-    """Calls a chat-completions endpoint to summarise spans, chunking what does not fit."""
+    """Calls a chat-completions endpoint to summarise spans, chunking what does not fit.
+
+    `window_of` gives the window of the model a call goes to; without it every
+    model has `window_tokens`.
+    """
 
     def __init__(
         self,
@@ -122,6 +126,7 @@ class Summarizer:
         model: str,
         timeout_s: float,
         window_tokens: int,
+        window_of: Callable[[str], int] | None = None,
         breaker: CircuitBreaker | None = None,
         api: str = "auto",
         openai_key: str = "",
@@ -134,9 +139,9 @@ class Summarizer:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout_s = timeout_s
-        # 4 characters a token is conservative for prose; keep half the window for
-        # the prompt so the answer and the instructions always fit.
-        self.max_chars = max(4_000, window_tokens * 2)
+        # The window of the model that writes the summary: without a summarizer_model
+        # that is the conversation's own, which may be far smaller than the default's.
+        self.window_of = window_of or (lambda _model: window_tokens)
         self.breaker = breaker or CircuitBreaker()
 
     async def summarize(
@@ -183,20 +188,29 @@ class Summarizer:
         # An Anthropic client's headers hold an Anthropic key: none of it goes to OpenAI.
         return openai_side(given, "anthropic" if from_anthropic else "openai", self.openai_key)
 
+    def max_chars(self, model: str) -> int:
+        """The longest transcript one call to `model` takes.
+
+        4 characters a token is conservative for prose; half the window is kept
+        for the prompt, so the answer and the instructions always fit.
+        """
+        return max(4_000, self.window_of(model) * 2)
+
     async def _summarize(
         self, request: SummaryRequest, api: str, model: str, headers: dict[str, str]
     ) -> SummaryResult:
-        text = transcript(request, limit_chars=self.max_chars // 2)
-        if len(text) <= self.max_chars:
+        max_chars = self.max_chars(model)
+        text = transcript(request, limit_chars=max_chars // 2)
+        if len(text) <= max_chars:
             return await self._call(text, api, model, headers)
         parts: list[str] = []
         tokens = 0
-        for chunk in _chunks(request, self.max_chars):
+        for chunk in _chunks(request, max_chars):
             partial = await self._call(chunk, api, model, headers)
             parts.append(partial.text)
             tokens += partial.tokens
         merged = SummaryRequest(request.key, (), tuple(parts), request.dialect)
-        final = await self._call(transcript(merged)[: self.max_chars], api, model, headers)
+        final = await self._call(transcript(merged)[:max_chars], api, model, headers)
         return SummaryResult(final.text, tokens + final.tokens)
 
     async def _call(
@@ -278,7 +292,10 @@ def _chunks(request: SummaryRequest, max_chars: int) -> list[str]:
         length = len(request.dialect.text(message)) + 32
         if current and size + length > max_chars:
             chunks.append(
-                transcript(SummaryRequest("", tuple(current), tuple(previous), request.dialect))
+                transcript(
+                    SummaryRequest("", tuple(current), tuple(previous), request.dialect),
+                    limit_chars=max_chars // 2,
+                )
             )
             previous, current, size = (), [], 0
         current.append(message)

@@ -150,6 +150,12 @@ def test_a_responses_output_is_cut_and_calls_and_reasoning_never() -> None:
         "content": [{"type": "input_text", "text": "m" * 8000}],
     }
     assert "[..." in str(shrink(message, 300, size, RESPONSES))
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 3000}
+    parts = [{"type": "input_text", "text": "q"}, image, {"type": "input_text", "text": "t" * 4000}]
+    cut = shrink({"role": "user", "content": parts}, 1200, size, RESPONSES)
+    assert cut is not None and cut["content"][:2] == parts[:2], "the image is never cut"
+    assert "[..." in cut["content"][2]["text"]
+    assert shrink({"role": "user", "content": [image]}, 10, size, RESPONSES) is None
     call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{" + "x" * 8000}
     reasoning = {
         "type": "reasoning",

@@ -123,6 +123,8 @@ def test_a_string_input_is_one_user_message_sent_back_as_a_string() -> None:
         ({"input": "x"}, "model"),
         ({"model": "m", "input": [3]}, "input[0]"),
         ({"model": "m", "input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": ["user"], "content": "x"}]}, "input[0].role"),
+        ({"model": "m", "input": [{"role": {"a": 1}, "content": "x"}]}, "input[0].role"),
         ({"model": "m", "input": [{"role": "user", "content": 3}]}, "input[0].content"),
         ({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}, None),
         ({"model": "m", "input": "x", "max_output_tokens": -1}, "max_output_tokens"),
@@ -155,6 +157,10 @@ def test_too_many_items_is_a_413() -> None:
         (
             {"input": [{"type": "compaction", "id": "cmp_1", "encrypted_content": "x"}]},
             "compaction",
+        ),
+        (
+            {"input": [{"role": "user", "content": "x"}, {"type": "compaction_trigger"}]},
+            "compaction_trigger",
         ),
         ({}, None),
     ],
@@ -355,6 +361,24 @@ def test_structured_outputs_are_never_cleared_and_calls_get_matching_placeholder
     made = [i for i in repaired if i.get("type") == "custom_tool_call_output"]
     assert len(made) == 1 and made[0]["call_id"] == "c"
     assert not any(i.get("type") == "computer_call_output" for i in repaired)  # cannot be made up
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"prompt": {"id": "pmpt_1", "variables": {"city": "Oslo"}}},
+        {"previous_response_id": "resp_1", "input": []},
+        {"conversation": "conv_1", "input": None},
+    ],
+)
+def test_a_request_whose_input_a_prompt_or_the_provider_supplies_needs_none(
+    extra: dict[str, Any],
+) -> None:
+    # A stored prompt (OpenAI's reusable prompts) can be the whole request.
+    payload = parse(json.dumps({"model": "m", **extra}).encode())
+    assert RESPONSES_WIRE.server_state(payload) == "input"  # forwarded as sent
+    with pytest.raises(ProxyError):
+        parse(json.dumps({"model": "m", "input": [], "metadata": {"a": "b"}}).encode())
 
 
 def test_item_references_mean_the_provider_holds_the_conversation() -> None:

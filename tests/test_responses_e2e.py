@@ -16,8 +16,10 @@ from typing import Any
 import openai
 import pytest
 
+from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
 from proxy.reduction.types import Budget
+from proxy.store import ConvKey, open_store
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
 from .servers import run_server, serve_proxy
@@ -141,6 +143,93 @@ def test_a_conversation_the_provider_holds_goes_through_as_sent(
     assert chained.body["previous_response_id"] == first.id
     assert chained.body["input"] == "What number?"  # forwarded as the app sent it
     assert unknown.value.status_code == 400  # the upstream's own answer, relayed
+
+
+def test_a_request_without_input_goes_through_as_sent(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """OpenAI's reusable prompts: the stored prompt is the input, so the request has none."""
+    upstream, upstream_url = fake
+    prompt: Any = {"id": "pmpt_1", "variables": {"city": "Oslo"}}
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            raw = api.responses.with_raw_response.create(model=MODEL, prompt=prompt)
+            stored = api.responses.create(model=MODEL, input="Hello.")  # a turn it continues
+            chained = api.responses.with_raw_response.create(
+                model=MODEL, previous_response_id=stored.id, input=[]
+            )
+    assert raw.status_code == chained.status_code == 200
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    assert chained.headers["x-context-reduction"] == "passthrough"
+    sent = upstream.responses_requests()
+    assert sent[0] == {"model": MODEL, "prompt": prompt}
+    assert sent[2] == {"model": MODEL, "previous_response_id": stored.id, "input": []}
+
+
+def test_a_chain_that_asks_openai_to_compact_is_not_continued_by_the_proxy(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """With manage_server_state, a chained request ending with a compaction_trigger goes to
+    OpenAI as sent: the app chose OpenAI's compaction of the chain it stored."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            first = api.responses.create(model=MODEL, input="Hello.")
+            items: Any = [{"role": "user", "content": "Go on."}, {"type": "compaction_trigger"}]
+            raw = api.responses.with_raw_response.create(
+                model=MODEL, previous_response_id=first.id, input=items
+            )
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    sent = upstream.responses_requests()[-1]
+    assert sent["previous_response_id"] == first.id and sent["input"] == items
+
+
+def test_a_tool_output_larger_than_the_window_is_truncated_not_refused(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """An agent that read a big file: the output of the round under way cannot be dropped,
+    so it is cut around the marker (as a chat tool message is), not answered with a 400."""
+    upstream, upstream_url = fake
+    big = "line of a very large file with many words in it; " * 2000  # ~24000 tokens
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db) as url:
+        agent = Agent(url + "/v1", **{"X-Conversation-Id": "reader"})
+        with agent.api:
+            agent.send({"role": "user", "content": "Please call tool lookup to read the file."})
+            call = agent.input[-1]
+            agent.send({"type": "function_call_output", "call_id": call["call_id"], "output": big})
+    assert agent.headers[-1]["x-context-reduction"] == "truncated"
+    sent = upstream.responses_requests()[-1]["input"]
+    output = next(i for i in sent if i.get("type") == "function_call_output")["output"]
+    assert "[..." in output and len(output) < len(big) // 4
+    assert output.startswith(big[:40]) and output.endswith(big[-40:])
+    store = open_store("sqlite", path=str(db))
+    archived = asyncio.run(store.archive(ConvKey(tenant_of("sk-responses"), "reader")))
+    assert any(a.message.get("output") == big for a in archived)  # the archive keeps it whole
+
+
+def test_a_long_history_is_summarised_within_the_small_window_of_its_own_model(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """A conversation first seen past its model's window (moved from a larger model): the
+    summariser, the same model, gets calls that fit that window, and no fallback is needed."""
+    upstream, upstream_url = fake
+    history: list[Any] = []
+    for i in range(90):
+        history.append({"role": "user", "content": f"Day {i}: " + "what to see and eat " * 12})
+        history.append({"role": "assistant", "content": f"On day {i} " + "walk the old town " * 12})
+    history.append({"role": "user", "content": "And the last day?"})
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
+        with api:
+            raw = api.responses.with_raw_response.create(model=MODEL, input=history, store=False)
+    assert TokenCounter().count_messages(MODEL, history) > 2 * WINDOW
+    assert raw.headers["x-context-reduction"] == "summarized"
+    assert not [c.error for c in upstream.calls if c.error]  # no call past the window
+    assert upstream.summary_requests()
 
 
 def test_append_mode_supplies_the_stored_items_the_answer_included(

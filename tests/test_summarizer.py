@@ -95,6 +95,32 @@ def test_a_span_larger_than_the_window_is_summarised_in_chunks_then_merged() -> 
     assert result.text == f"SUM{len(calls)}"
 
 
+def test_each_call_fits_the_window_of_the_model_that_writes_it() -> None:
+    """Without a summarizer_model the conversation's own model summarises: its window,
+    not the default model's, bounds each call, and one long message never passes half."""
+    calls: list[dict[str, Any]] = []
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answering(calls)))
+    windows = {"small-local": 2_000}
+    s = Summarizer(
+        client,
+        base_url="http://up/v1",
+        model="",
+        timeout_s=5,
+        window_tokens=128_000,
+        window_of=lambda model: windows.get(model, 128_000),
+    )
+    span = (
+        user("a long file: " + "line of text " * 2_000),
+        *(user(f"fact {i}: " + "detail " * 100) for i in range(20)),
+    )
+    asyncio.run(s.summarize(SummaryRequest("k", span), model="small-local", headers={}))
+    assert len(calls) > 2  # chunks, then a merge
+    assert all(len(c["messages"][1]["content"]) <= 4_000 + 100 for c in calls)
+    calls.clear()
+    asyncio.run(s.summarize(SummaryRequest("k", span), model="gpt-4o", headers={}))
+    assert len(calls) == 1  # a large window takes the span in one call
+
+
 @pytest.mark.parametrize(("status", "content"), [(500, "SUM"), (200, ""), (200, None)])
 def test_failures_and_empty_answers_raise_unavailable(status: int, content: Any) -> None:
     s = summarizer(answering([], status=status, content=content))

@@ -17,8 +17,15 @@ from . import body as body_checks
 
 MESSAGE_ROLES = frozenset({"user", "assistant", "system", "developer"})
 CALL_ITEMS = frozenset({"function_call", "function_call_output", "custom_tool_call_output"})
-# Fields that make OpenAI, not the request, hold the conversation or its compaction.
-SERVER_STATE = ("previous_response_id", "conversation", "context_management")
+# Fields that make OpenAI, not the request, hold the conversation or its compaction;
+# compaction first, so that a chain is named by its id only when nothing else applies.
+SERVER_STATE = ("context_management", "conversation", "previous_response_id")
+# Items only the provider can read (a compaction, a reference to a stored item), or one
+# asking it to compact the input (`compaction_trigger`, the last item): OpenAI's own
+# compaction, chosen by the app, is left to do its work on the input as sent.
+PROVIDER_ITEMS = ("compaction", "compaction_trigger", "item_reference")
+# Fields that may supply the whole input, so that a request needs none of its own.
+SUPPLIERS = ("previous_response_id", "conversation", "prompt")
 
 
 def parse(
@@ -32,6 +39,12 @@ def parse(
     items = payload.get("input")
     if isinstance(items, str):
         items = payload["input"] = [{"role": "user", "content": items}]
+    if items in (None, []) and any(payload.get(k) for k in SUPPLIERS):
+        # A stored prompt, or the conversation OpenAI holds, is the input: nothing to
+        # reduce, so the request goes as sent (`server_state`).
+        payload["input"] = []
+        body_checks.flags(payload, ("max_output_tokens",))
+        return payload
     if not isinstance(items, list) or not items:
         raise ProxyError(
             400, "'input' is required: a string or a non-empty array of items.", param="input"
@@ -50,7 +63,7 @@ def check_item(item: Any, index: int) -> None:
         raise ProxyError(400, f"{where}.type must be a string.", param=f"{where}.type")
     if kind == "message":
         role = item.get("role")
-        if role not in MESSAGE_ROLES:
+        if not isinstance(role, str) or role not in MESSAGE_ROLES:  # a list is not hashable
             raise ProxyError(
                 400,
                 f"{where}.role must be one of {', '.join(sorted(MESSAGE_ROLES))}; got {role!r}.",
@@ -67,15 +80,21 @@ def check_item(item: Any, index: int) -> None:
 
 
 def server_state(payload: dict[str, Any]) -> str | None:
-    """The field that makes OpenAI hold this conversation (or compact it), if any.
+    """The field that makes OpenAI hold this conversation (or compact it, or supply the
+    whole input), if any.
 
     Such a request's `input` is not the conversation, so it cannot be
-    reduced; the app chose the provider's state or compaction.
+    reduced; the app chose the provider's state, compaction or stored prompt.
     """
+    if not payload["input"]:
+        return "input"  # none sent: a stored prompt or the provider supplies it
+    # Compaction and provider items first: `previous_response_id` alone is a chain
+    # `[responses] manage_server_state` may continue, never one the app asked OpenAI
+    # to compact.
+    for item in payload["input"]:
+        if isinstance(item, dict) and item.get("type") in PROVIDER_ITEMS:
+            return str(item["type"])
     for key in SERVER_STATE:
         if payload.get(key):
             return key
-    for item in payload["input"]:
-        if isinstance(item, dict) and item.get("type") in ("compaction", "item_reference"):
-            return str(item["type"])  # items only the provider holds
     return None

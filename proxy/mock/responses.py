@@ -5,7 +5,8 @@ Checks: the fields it reads have their types; items are well-formed; every
 output; a reasoning item is followed by the item it belongs to;
 instructions, input and tools fit the model's
 window (`context_limits`, estimated at four characters a token);
-`previous_response_id` names a response this mock gave. A last user message
+`previous_response_id` names a response this mock gave; a stored `prompt`
+or the previous response may stand for the input. A last user message
 containing "call tool NAME" gets a reasoning item and a call to NAME; a last
 function output or user message gets the voice's answer to it. Streams carry
 OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
@@ -46,6 +47,8 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
+    if items is None and (body.get("prompt") or body.get("previous_response_id")):
+        items = []  # a stored prompt or the previous response supplies the input
     if not isinstance(items, list):
         raise Invalid("Invalid type for 'input': expected a string or an array.", "input")
     previous = body.get("previous_response_id")
@@ -100,7 +103,7 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
 
 def output_for(items: list[Json], digest: str, voice: Voice) -> list[Json]:
     """The output items answering the input's last item."""
-    last = items[-1]
+    last = items[-1] if items else {"type": "none"}
     kind = last.get("type", "message")
     if kind == "message" and last.get("role") == "user":
         text = text_of(last.get("content"))
