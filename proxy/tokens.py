@@ -36,6 +36,12 @@ CHARS_PER_TOKEN = 4
 IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_HIGH = 765
 AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
+# A reasoning item's `encrypted_content` is base64 of the reasoning it carries: about
+# four bytes of text a token, three bytes to four characters. Tokenised as written,
+# random base64 counts several times that.
+ENCRYPTED_CHARS_PER_TOKEN = 5
+# Item ids name stored items for the API; the model does not read them.
+UNREAD_KEYS = frozenset({"id", "status"})
 # Anthropic's blocks billed by what they show, not by their base64's length.
 ANTHROPIC_MEDIA = ("image", "document")
 ROLES_KEPT = 256
@@ -209,7 +215,9 @@ class TokenCounter:
             elif key in ("role", "tool_calls"):
                 if key == "role" and isinstance(value, str):
                     total += self._role_tokens(encoding, value)
-            elif isinstance(value, str):
+            elif key == "encrypted_content" and isinstance(value, str):
+                total += len(value) // ENCRYPTED_CHARS_PER_TOKEN
+            elif isinstance(value, str) and key not in UNREAD_KEYS:
                 total += self.count_text(encoding, value)
         for call in tool_calls(message):
             fn = call.get("function")

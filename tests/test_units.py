@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import tomllib
@@ -78,6 +79,24 @@ def test_tool_calls_images_and_unknown_parts_are_counted() -> None:
     assert counter.count_message("gpt-4o", image) > counter.count_message("gpt-4o", low) > 85
     odd = {"role": "user", "content": [{"type": "hologram", "data": "z" * 400}]}
     assert counter.count_message("gpt-4o", odd) >= 100
+
+
+def test_responses_items_count_what_the_model_reads() -> None:
+    """Ids are the API's, not the model's; encrypted reasoning counts as the text it holds
+    (about a token a five characters of base64), not as tokenised base64."""
+    counter = TokenCounter()
+    said = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Sure."}],
+    }
+    stored = {**said, "id": "msg_68af0c1e3b5c8190a2d4f6e8b0c2d4f6", "status": "completed"}
+    assert counter.count_message("gpt-4o", stored) == counter.count_message("gpt-4o", said)
+    blob = base64.b64encode(bytes(range(256)) * 12).decode()  # 4,096 characters
+    reasoning = {"type": "reasoning", "summary": [], "encrypted_content": blob}
+    counted = counter.count_message("gpt-4o", reasoning)
+    assert 800 <= counted <= 850, counted
+    assert counter.count_text("o200k_base", blob) > 2 * counted, "tokenised, it counts more"
 
 
 def test_counts_are_cached_per_message() -> None:
