@@ -311,6 +311,32 @@ def test_recall_brings_a_fact_back_as_a_text_block_of_the_question(
     assert int(app.headers[-1]["x-context-recall"]) >= 1
 
 
+def test_recall_finds_a_fact_a_tool_result_holds(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """A tool's output is searched inside its `tool_result` block, as a chat `tool` message's is."""
+    fact = "The deploy key lives in vault path secret/zebra-42 and rotates every Thursday."
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", recall_enabled="true") as url:
+        app = App(url, **{"X-Conversation-Id": "ops"})
+        with app.api:
+            call = app.send("Please call tool lookup for the deploy notes.").content[1]
+            # The fake's answer repeats the result's opening only: the fact is in the result.
+            output = [{"type": "text", "text": "Notes file, 2024 edition, section seven.\n" + fact}]
+            app.send([{"type": "tool_result", "tool_use_id": call.id, "content": output}])
+            assert "vault" not in str(app.messages[-1])
+            for i in range(60):
+                app.send(f"Turn {i}: tell me about day {i} of the trip.")
+            app.send("Where does the deploy key live in vault?")
+    asked = upstream.messages_requests()[-1]["messages"]
+    assert fact not in str(asked[:-1]), "the result was reduced away before the question"
+    question = asked[-1]["content"]
+    assert isinstance(question, list), "no recall block"
+    block = question[0]
+    assert block["type"] == "text" and fact in block["text"]
+    assert "[turn 1, tool result]" in block["text"]  # a tool's output, not the user's words
+
+
 def exact(value: Any) -> int:
     """The fake's exact count (its `count_tokens` answer): four bytes of JSON a token."""
     return len(orjson.dumps(value)) // 4
