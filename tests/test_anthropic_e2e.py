@@ -8,6 +8,7 @@ headers and `max_tokens`, the window) and records what it was sent.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,27 @@ def test_errors_are_in_anthropics_shape(fake: tuple[MockUpstream, str], tmp_path
         raw = httpx.post(url + "/v1/messages", content=b"{not json", headers={"x-api-key": "k"})
         assert raw.status_code == 400 and orjson.loads(raw.content)["type"] == "error"
     assert not upstream.records("/v1/messages")  # nothing bad went upstream
+
+
+def test_a_history_that_cannot_fit_is_refused_in_anthropics_words(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """Clients (LiteLLM's mapping, agents that compact) read the kind off the message."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        with api, pytest.raises(anthropic.BadRequestError) as refused:
+            api.messages.create(
+                model=MODEL,
+                max_tokens=WINDOW - 5,  # leaves no room for the question
+                system=SYSTEM,
+                messages=[{"role": "user", "content": "Plan the whole trip for me, please."}],
+            )
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert re.match(r"prompt is too long: \d+ tokens > \d+ maximum", error["message"])
+    assert "mandatory part" in error["message"]  # and why, in the proxy's words
+    assert not upstream.records("/v1/messages")
 
 
 def test_count_tokens_and_provider_compaction_go_through_as_sent(
