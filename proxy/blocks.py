@@ -14,6 +14,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import orjson
+
 Message = dict[str, Any]
 
 
@@ -87,3 +89,38 @@ def unmarked_block(block: Any) -> Any:
 def _unmarked(content: list[Any]) -> list[Any]:
     bare = [unmarked_block(b) for b in content]
     return content if all(map(operator.is_, bare, content)) else bare
+
+
+def said(part: Any) -> str:
+    """What a content part says in words: its text; for Anthropic's blocks, a tool call as
+    `name(input)` and a tool result as the text of what it holds. Images, thinking and
+    other blocks say nothing here.
+
+    A tool's output is what an agent reads most (a file, a command's log): search
+    and summaries must see it inside a result block as they do in a chat `tool`
+    message.
+    """
+    if type(part) is not dict:
+        return ""
+    text = part.get("text")
+    if isinstance(text, str):
+        return text
+    kind = part.get("type")
+    if kind == "tool_result":
+        inner = part.get("content")
+        if isinstance(inner, str):
+            return inner
+        if isinstance(inner, list):
+            return "\n".join(t for t in map(said, inner) if t)
+        return ""
+    if kind == "tool_use":
+        arguments = orjson.dumps(part.get("input"), option=orjson.OPT_NON_STR_KEYS).decode()
+        return f"{part.get('name', '')}({arguments})"
+    return ""
+
+
+def holds_results(content: Any) -> bool:
+    """Whether a message's content holds Anthropic `tool_result` blocks (it answers calls)."""
+    return type(content) is list and any(
+        type(b) is dict and b.get("type") == "tool_result" for b in content
+    )

@@ -29,6 +29,7 @@ class ProxyError(Exception):
         type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
+        anthropic_message: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -36,10 +37,13 @@ class ProxyError(Exception):
         self.type = type
         self.code = code
         self.param = param
+        # Anthropic's errors carry no code: where clients read the kind of error off its
+        # message, the message says it in Anthropic's words.
+        self.anthropic_message = anthropic_message
 
     def body(self, anthropic: bool = False) -> bytes:
         if anthropic:
-            return anthropic_error_body(self.status, self.message)
+            return anthropic_error_body(self.status, self.anthropic_message or self.message)
         return error_body(self.message, type=self.type, code=self.code, param=self.param)
 
 

@@ -47,7 +47,8 @@ def text_of(message: Message) -> str:
     """The human-readable text of a message, for summaries, search and estimates.
 
     Non-text parts (images, audio) contribute nothing here; token estimates for
-    them live in `tokens.py`.
+    them live in `tokens.py`. Anthropic's tool calls and results read as
+    `blocks.said` gives them.
     """
     parts: list[str] = []
     content = message.get("content")
@@ -55,10 +56,10 @@ def text_of(message: Message) -> str:
         parts.append(content)
     elif isinstance(content, list):
         for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif text := blocks.said(part):  # an Anthropic tool call or result
+                parts.append(text)
     refusal = message.get("refusal")
     if isinstance(refusal, str):
         parts.append(refusal)

@@ -87,8 +87,10 @@ def transcript(request: SummaryRequest, limit_chars: int | None = None) -> str:
         lines.append(f"[summary of the conversation before this point]\n{text}")
     for message in request.messages:
         who = role(message) or str(message.get("type", "unknown"))
-        if who == "tool":
-            who = f"tool result ({message.get('tool_call_id', '')})"
+        answered = request.dialect.answers(message)
+        if who in ("tool", "user") and answered:
+            # Anthropic's results ride in a user message: a tool's output, not the user's words.
+            who = f"tool result ({', '.join(answered)})"
         body = request.dialect.text(message)
         if limit_chars is not None and len(body) > limit_chars:
             body = body[: limit_chars // 2] + " [...] " + body[-limit_chars // 2 :]

@@ -16,6 +16,7 @@ from proxy.dialects.anthropic import ANTHROPIC, ANTHROPIC_WIRE
 from proxy.dialects.anthropic_answer import MessagesAssembler, message_from_body
 from proxy.dialects.anthropic_request import alternate, parse
 from proxy.errors import ProxyError
+from proxy.messages import text_of
 from proxy.mock import anthropic as mock_anthropic
 from proxy.reduction import (
     STRATEGIES,
@@ -184,6 +185,16 @@ def test_classification_pairs_a_message_of_results_with_its_calls() -> None:
     fixed = alternate(repair(history, ANTHROPIC))
     mock_anthropic.validate({"model": "m", "max_tokens": 1, "messages": [*fixed, *[]]}, HEADERS, {})
     assert [b["tool_use_id"] for b in fixed[-1]["content"]] == ["a", "b"]
+
+
+def test_search_reads_tool_calls_and_the_blocks_a_result_holds() -> None:
+    """Recall's index and its view of the forwarded history read a message by `text_of`."""
+    call = {"role": "assistant", "content": [thinking("t"), text("Looking."), tool_use("a")]}
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    nested = {"type": "tool_result", "tool_use_id": "b", "content": [text("deep"), image]}
+    answer = user(result("a", "the file's lines"), nested, text("reminder"))
+    assert text_of(call) == 'Looking.\nlookup({"q":"a"})'
+    assert text_of(answer) == "the file's lines\ndeep\nreminder"
 
 
 def test_alternate_merges_runs_and_keeps_alternating_histories_as_they_are() -> None:

@@ -8,6 +8,7 @@ headers and `max_tokens`, the window) and records what it was sent.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,27 @@ def test_errors_are_in_anthropics_shape(fake: tuple[MockUpstream, str], tmp_path
     assert not upstream.records("/v1/messages")  # nothing bad went upstream
 
 
+def test_a_history_that_cannot_fit_is_refused_in_anthropics_words(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """Clients (LiteLLM's mapping, agents that compact) read the kind off the message."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db") as url:
+        api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        with api, pytest.raises(anthropic.BadRequestError) as refused:
+            api.messages.create(
+                model=MODEL,
+                max_tokens=WINDOW - 5,  # leaves no room for the question
+                system=SYSTEM,
+                messages=[{"role": "user", "content": "Plan the whole trip for me, please."}],
+            )
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert re.match(r"prompt is too long: \d+ tokens > \d+ maximum", error["message"])
+    assert "mandatory part" in error["message"]  # and why, in the proxy's words
+    assert not upstream.records("/v1/messages")
+
+
 def test_count_tokens_and_provider_compaction_go_through_as_sent(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
@@ -309,6 +331,32 @@ def test_recall_brings_a_fact_back_as_a_text_block_of_the_question(
     assert question[0]["type"] == "text" and fact in question[0]["text"]
     assert question[-1] == {"type": "text", "text": "Remind me when my passport expires?"}
     assert int(app.headers[-1]["x-context-recall"]) >= 1
+
+
+def test_recall_finds_a_fact_a_tool_result_holds(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """A tool's output is searched inside its `tool_result` block, as a chat `tool` message's is."""
+    fact = "The deploy key lives in vault path secret/zebra-42 and rotates every Thursday."
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", recall_enabled="true") as url:
+        app = App(url, **{"X-Conversation-Id": "ops"})
+        with app.api:
+            call = app.send("Please call tool lookup for the deploy notes.").content[1]
+            # The fake's answer repeats the result's opening only: the fact is in the result.
+            output = [{"type": "text", "text": "Notes file, 2024 edition, section seven.\n" + fact}]
+            app.send([{"type": "tool_result", "tool_use_id": call.id, "content": output}])
+            assert "vault" not in str(app.messages[-1])
+            for i in range(60):
+                app.send(f"Turn {i}: tell me about day {i} of the trip.")
+            app.send("Where does the deploy key live in vault?")
+    asked = upstream.messages_requests()[-1]["messages"]
+    assert fact not in str(asked[:-1]), "the result was reduced away before the question"
+    question = asked[-1]["content"]
+    assert isinstance(question, list), "no recall block"
+    block = question[0]
+    assert block["type"] == "text" and fact in block["text"]
+    assert "[turn 1, tool result]" in block["text"]  # a tool's output, not the user's words
 
 
 def exact(value: Any) -> int:

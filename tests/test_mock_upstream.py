@@ -513,11 +513,17 @@ def test_messages_rejects_what_anthropic_rejects(client: TestClient) -> None:
         ],
         "same role twice": [ask, ask],
         "assistant first": [{"role": "assistant", "content": "hi"}],
+        "a block that is not an object": [{"role": "user", "content": ["hi"]}],
+        "a message that is not an object": ["hi"],
+        "no content": [{"role": "user"}],
     }
     for name, messages in broken.items():
         refused = messages_call(client, messages)
         assert refused.status_code == 400, name
         assert refused.json()["type"] == "error", name
+    wrong_system = {"model": "m", "max_tokens": 8, "messages": [ask], "system": [5]}
+    refused = client.post("/v1/messages", json=wrong_system, headers=ANTHROPIC_HEADERS)
+    assert refused.status_code == 400 and refused.json()["type"] == "error"
     # A signature from a recorded transcript (Anthropic's, not this mock's) cannot be checked.
     foreign = {**thinking, "signature": "EqQBCkgIARABGAIiQL..."}
     replayed = [ask, {"role": "assistant", "content": [foreign, use]}]

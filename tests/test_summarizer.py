@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from proxy.dialects.anthropic import ANTHROPIC
 from proxy.reduction.types import SummaryRequest
 from proxy.summarizer import (
     SUMMARY_PROMPT,
@@ -66,6 +67,25 @@ def test_transcript_quotes_roles_tool_calls_and_results() -> None:
     assert "user: book a flight" in text
     assert 'search({"to": "Oslo"})' in text
     assert "tool result (c1): 3 flights found" in text
+
+
+def test_transcript_quotes_anthropic_results_as_tool_output() -> None:
+    calls = [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a.py"}}]
+    results = [{"type": "tool_result", "tool_use_id": "t1", "content": "def main(): ..."}]
+    text = transcript(
+        SummaryRequest(
+            "k",
+            (
+                {"role": "user", "content": "read a.py"},
+                {"role": "assistant", "content": calls},
+                {"role": "user", "content": results},
+            ),
+            dialect=ANTHROPIC,
+        )
+    )
+    assert "user: read a.py" in text
+    assert 'assistant: Read({"path":"a.py"})' in text
+    assert "tool result (t1): def main(): ..." in text  # the file, not the user's words
 
 
 def test_a_summary_goes_to_the_configured_model_with_the_prompt() -> None:

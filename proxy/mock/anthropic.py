@@ -95,12 +95,21 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     system = body.get("system")
     if system is not None and not (
         isinstance(system, str)
-        or (isinstance(system, list) and all(b.get("type") == "text" for b in system))
+        or (
+            isinstance(system, list)
+            and all(isinstance(b, dict) and b.get("type") == "text" for b in system)
+        )
     ):
         raise Invalid("system: Input should be a valid string or a list of text blocks")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise Invalid("messages: Field required")
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str | list) or not all(
+            isinstance(b, dict) for b in blocks(message)
+        ):
+            raise Invalid(f"messages.{i}: Input should be a message with content blocks")
     if messages[0].get("role") != "user":
         raise Invalid('messages: first message must use the "user" role')
     calls: list[str] = []

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence, Set
 import orjson
 
 from proxy import english
+from proxy.blocks import holds_results
 from proxy.messages import Message, role, text_of
 from proxy.store import relevance
 from proxy.store.base import SearchHit, StoreError
@@ -110,6 +111,8 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
     docs: list[tuple[str, str, int, int, str, str]] = []
     for seq, hash_, message in rows:
         who = role(message)
+        if who == "user" and holds_results(message.get("content")):
+            who = "tool"  # Anthropic's results ride in a user message: a tool's output, no turn
         if who == "user":
             turns += 1
         if who not in SEARCHED:

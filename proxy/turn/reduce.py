@@ -67,8 +67,15 @@ async def reduce_turn(
         try:
             return reduce(turn.working, policy, budget, count, summaries, memo=memo)
         except ContextTooLarge as exc:
+            # Anthropic's own words for it, which clients match to compact or fall back
+            # to a model with a larger window.
+            too_long = f"prompt is too long: {exc.needed} tokens > {exc.available} maximum. {exc}"
             raise ProxyError(
-                400, str(exc), param=wire.history_field, code="context_length_exceeded"
+                400,
+                str(exc),
+                param=wire.history_field,
+                code="context_length_exceeded",
+                anthropic_message=too_long,
             ) from None
 
     # mask groups its own cleared copy of the tail, which a memo of this one cannot serve.
