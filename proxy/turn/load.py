@@ -117,18 +117,15 @@ async def _full(
             *known.counts[:seen],
             *(ctx.counter.count_message(model, m, d) for m, d in fresh),
         ]
-    # A store that reads but cannot write (disk full, file deleted or read-only)
-    # keeps none of this turn either: the turn is served as stateless, said so.
-    unwritable = ctx.store.problem() is not None
-    unreadable = False
+    stateless = False
     try:
         snapshot = await ctx.store.find_snapshot(key, hashes)
     except StoreError:
         ctx.metrics.store_errors.labels("find_snapshot").inc()
         log.warning("store unreachable; reducing %s without stored state", key.conversation)
-        snapshot, unreadable = None, True
+        snapshot, stateless = None, True
     archived = None
-    if snapshot is None and not unreadable:
+    if snapshot is None and not stateless:
         archived = await _trimmed(ctx, key, messages, digests)
     if len(messages) - seen > GROUP_STEP:  # reconciling and counting it hold the loop next
         await let_others_run()
@@ -141,7 +138,7 @@ async def _full(
     )
     count = RequestCounts(ctx.counter, model, turn.history, digests, counts, seen)
     extends = snapshot.head if snapshot is not None else ""
-    return Loaded(turn, count, unwritable or unreadable, None, digests, hashes, extends)
+    return Loaded(turn, count, stateless, None, digests, hashes, extends)
 
 
 async def _trimmed(
