@@ -108,6 +108,7 @@ def create_app(
         finally:
             await ctx.background.close()
             await client.aclose()
+            metrics.close()
             if store is None:
                 await the_store.close()
 

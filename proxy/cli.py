@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import gc
 import importlib
 import json
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,10 +218,33 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
     workers = settings.server.workers
     if workers > 1:
         os.environ[WORKER_SOURCE] = (source or ServeSource(None, {})).dumps()
-        uvicorn.run("proxy.cli:worker_app", factory=True, workers=workers, **options)
+        with shared_metrics():
+            uvicorn.run("proxy.cli:worker_app", factory=True, workers=workers, **options)
         return 0
     uvicorn.run(_app(settings), **options)
     return 0
+
+
+@contextlib.contextmanager
+def shared_metrics() -> Iterator[None]:
+    """A fresh directory where the workers about to start share their metrics.
+
+    Files left by an earlier run would add its counts to this one's, so an
+    operator's own `PROMETHEUS_MULTIPROC_DIR` is used as given (clearing it is
+    theirs to do), and otherwise one is made for this run and removed after it.
+    """
+    from .metrics import SHARED_DIR
+
+    if os.environ.get(SHARED_DIR):
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="context-proxy-metrics-")
+    os.environ[SHARED_DIR] = path
+    try:
+        yield
+    finally:
+        del os.environ[SHARED_DIR]
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def store_problem(settings: Settings) -> str | None:

@@ -115,17 +115,21 @@ def messages_table(title: str, messages: list[dict[str, Any]]) -> Table:
     return table
 
 
-def render(console: Console, data: dict[str, Any]) -> None:
+def render(console: Console, data: dict[str, Any], limit: int | None = None) -> None:
+    """The conversation; `limit` is how many archived messages were asked for at most."""
     state = SnapshotState.from_json(data.get("state")) or SnapshotState()
     stats, reduction = state.stats, state.reduction
     head = Table.grid(padding=(0, 2))
     head.add_row("conversation", str(data.get("id")))
     head.add_row("tenant", str(data.get("tenant")))
     head.add_row("turns", str(data.get("turns")))
-    head.add_row(
-        "messages",
-        f"{len(data.get('archive') or [])} archived, {len(data.get('working') or [])} working",
-    )
+    # A full page may hide more: a long conversation is what the proxy is for.
+    archived = len(data.get("archive") or [])
+    cut = limit is not None and archived >= limit
+    shown = f"{archived} archived"
+    if cut:
+        shown = f"at least {shown} (the first {archived} shown: --limit)"
+    head.add_row("messages", f"{shown}, {len(data.get('working') or [])} working")
     saved = 1 - stats.tokens_out / max(1, stats.tokens_in)
     head.add_row(
         "tokens",
@@ -149,9 +153,8 @@ def render(console: Console, data: dict[str, Any]) -> None:
     else:
         console.print(Text("No summary yet.", style="dim"))
     console.print(messages_table("Working history (what append mode continues)", data["working"]))
-    console.print(
-        messages_table("Archive (every message seen, first arrival order)", data["archive"])
-    )
+    seen = f"the first {archived} messages seen" if cut else "every message seen"
+    console.print(messages_table(f"Archive ({seen}, first arrival order)", data["archive"]))
 
 
 def main(args: Any) -> int:
@@ -172,5 +175,5 @@ def main(args: Any) -> int:
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return 0
-    render(console, data)
+    render(console, data, args.limit)
     return 0

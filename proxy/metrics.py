@@ -1,22 +1,40 @@
 """Prometheus metrics, in a registry of the app's own (never the process-global one).
 
 A registry per app lets tests build many apps in one process and lets an
-embedding application keep its own metrics apart.
+embedding application keep its own metrics apart. Under `serve --workers N`
+each process counts into files of its own in `PROMETHEUS_MULTIPROC_DIR`
+(set by `serve` before the workers start), and `/metrics` sums them all:
+a scrape lands on one worker, which alone would show its share and make
+every counter jump back and forth between scrapes.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
+# Where worker processes share their counts (prometheus-client's own variable,
+# read when it is imported, so it must be set before the workers start).
+SHARED_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
 class Metrics:
     def __init__(self) -> None:
+        self.shared = os.environ.get(SHARED_DIR) or None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -61,7 +79,10 @@ class Metrics:
             "context_proxy_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
         self.active_streams = Gauge(
-            "context_proxy_active_streams", "Streamed answers being relayed now.", registry=r
+            "context_proxy_active_streams",
+            "Streamed answers being relayed now.",
+            registry=r,
+            multiprocess_mode="livesum",  # the live workers' streams, added up
         )
         self.recall_hits = Counter(
             "context_proxy_recall_hits", "Archived messages brought back by recall.", registry=r
@@ -87,7 +108,16 @@ class Metrics:
         return found
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.shared is None:
+            return generate_latest(self.registry)
+        every = CollectorRegistry()
+        multiprocess.MultiProcessCollector(every, path=self.shared)  # type: ignore[no-untyped-call]
+        return generate_latest(every)
+
+    def close(self) -> None:
+        """A worker that stops takes its streams out of the shared gauge (its counts stay)."""
+        if self.shared is not None:
+            multiprocess.mark_process_dead(os.getpid(), self.shared)  # type: ignore[no-untyped-call]
 
     def turn(self, kinds: Iterable[str], tokens_in: int, tokens_out: int) -> None:
         for kind in kinds:

@@ -319,3 +319,51 @@ def test_two_workers_serve_one_port_and_store_and_conversations_continue_across_
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_metrics_of_two_workers_count_every_request_whichever_worker_answers_the_scrape(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """A scrape lands on one worker; it must show both workers' counts, not its own share."""
+    port = free_port()
+    process = proxy_process(
+        port,
+        CONTEXT_PROXY_UPSTREAM_BASE_URL=fake[1],
+        CONTEXT_PROXY_STORE_PATH=str(tmp_path / "workers.db"),
+        CONTEXT_PROXY_SERVER_WORKERS="2",
+        CONTEXT_PROXY_SERVER_LOG_LEVEL="warning",
+        TMPDIR=str(tmp_path),  # where serve makes the directory the workers share
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while len(_children(process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_children(process.pid)) >= 2
+        body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+        for i in range(40):
+            # A new connection each request, so requests spread over both workers.
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+                reply = client.post(
+                    "/v1/chat/completions",
+                    json=body,
+                    headers={"Authorization": "Bearer sk-m", "X-Conversation-Id": f"m{i}"},
+                )
+                assert reply.status_code == 200
+        scraped = []
+        for _ in range(10):
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+                text = client.get("/metrics").text
+            line = next(
+                x
+                for x in text.splitlines()
+                if x.startswith("context_proxy_requests_total{")
+                and 'route="/v1/chat/completions"' in x
+                and 'status="200"' in x
+            )
+            scraped.append(float(line.rsplit(" ", 1)[1]))
+        assert scraped == [40.0] * 10
+        assert "context_proxy_active_streams 0.0" in text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    assert not list(tmp_path.glob("context-proxy-metrics-*"))  # removed with the run

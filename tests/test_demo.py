@@ -112,6 +112,24 @@ def test_inspect_reads_a_local_sqlite_store(
     assert "question 15" in out
 
 
+def test_inspect_says_when_limit_cut_the_archive_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """31 archived messages read with --limit 10 are not reported as 10 archived."""
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db)
+
+    assert main(["inspect", conv, "--key", "sk-inspect", "--db", str(db), "--limit", "10"]) == 0
+    cut = " ".join(capsys.readouterr().out.split())
+    assert main(["inspect", conv, "--key", "sk-inspect", "--db", str(db)]) == 0
+    whole = " ".join(capsys.readouterr().out.split())
+
+    assert "at least 10 archived (the first 10 shown: --limit)" in cut
+    assert "Archive (the first 10 messages seen" in cut
+    assert "31 archived" in whole and "at least" not in whole
+    assert "Archive (every message seen" in whole
+
+
 def test_inspect_explains_a_wrong_tenant(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -29,7 +29,7 @@ from ..dialects.chat_completions import CHAT_WIRE
 from ..dialects.responses import RESPONSES_WIRE
 from ..errors import ProxyError, UpstreamError
 from ..fastpath import Resend
-from ..intake import check_content_type, read_body
+from ..intake import check_content_type, decoded, read_body
 from ..outcome import Outcome
 from ..reduction.types import STRATEGIES, is_strategy
 from ..store import ConvKey, StoreError
@@ -70,6 +70,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     check_content_type(given.get("content-type"))
     server = ctx.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
+    body = decoded(body, given.get("content-encoding"), server.max_body_bytes)
     resend = Resend(
         ctx.sessions,
         given,
@@ -86,6 +87,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     mode, strategy = options(ctx, given)
     provider = ctx.providers[wire.provider]
     headers = forward_headers(request.headers.items(), provider)
+    headers.pop("content-encoding", None)  # what goes upstream is the decoded body, or ours
     streaming = wire.streams(payload)
     named = bool(given.get("x-conversation-id"))  # by the client, not derived
     if wire.server_state(payload) is not None:  # the provider holds the conversation
