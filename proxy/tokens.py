@@ -36,9 +36,10 @@ CHARS_PER_TOKEN = 4
 IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_HIGH = 765
 AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
-# A reasoning item's `encrypted_content` is base64 of the reasoning it carries: about
-# four bytes of text a token, three bytes to four characters. Tokenised as written,
-# random base64 counts several times that.
+# A reasoning item's `encrypted_content` (an Anthropic `redacted_thinking` block's
+# `data`) is base64 of the reasoning it carries: about four bytes of text a token,
+# three bytes to four characters. Tokenised as written, random base64 counts
+# several times that.
 ENCRYPTED_CHARS_PER_TOKEN = 5
 # Item ids name stored items for the API; the model does not read them.
 UNREAD_KEYS = frozenset({"id", "status"})
@@ -260,6 +261,10 @@ class TokenCounter:
                 total += max(1, len(str(data)) // AUDIO_CHARS_PER_TOKEN)
             elif kind in ANTHROPIC_MEDIA:
                 total += self._media_tokens(encoding, part)
+            elif kind == "thinking":  # its signature is Anthropic's check, not read
+                total += self.count_text(encoding, str(part.get("thinking", "")))
+            elif kind == "redacted_thinking":
+                total += len(str(part.get("data", ""))) // ENCRYPTED_CHARS_PER_TOKEN
             elif kind == "tool_result":
                 # Anthropic's result holds its own blocks (text, screenshots): each
                 # counts as itself, the id and the framing as text.

@@ -99,6 +99,20 @@ def test_responses_items_count_what_the_model_reads() -> None:
     assert counter.count_text("o200k_base", blob) > 2 * counted, "tokenised, it counts more"
 
 
+def test_anthropic_thinking_counts_its_text_and_not_its_signature() -> None:
+    counter = TokenCounter()
+    thought = "Let me check the log before answering. " * 10
+    bare = {"type": "thinking", "thinking": thought, "signature": ""}
+    signed = {**bare, "signature": base64.b64encode(bytes(range(256)) * 2).decode()}
+    counts = [
+        counter.count_message("claude-x", {"role": "assistant", "content": [block]})
+        for block in (bare, signed)
+    ]
+    assert counts[0] == counts[1] < 120
+    redacted = {"type": "redacted_thinking", "data": "A" * 1000}
+    assert counter.count_message("claude-x", {"role": "assistant", "content": [redacted]}) < 210
+
+
 def test_counts_are_cached_per_message() -> None:
     calls: list[str] = []
 
