@@ -43,6 +43,7 @@ class Outcome:
     # The token counts are an estimate: the model's own tokenizer is not available offline.
     estimated: bool = False
     provider: str = "openai"  # which upstream the turn went to (its headers are that one's)
+    began: float = 0.0  # `time.monotonic()` when the turn was loaded
 
     def headers(self) -> dict[str, str]:
         found = {

@@ -6,6 +6,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -330,6 +331,40 @@ def test_delete_leaves_nothing_of_the_conversation_in_the_process_or_the_store(
             ).status_code
             == 404
         )
+
+
+def test_a_turn_under_way_when_its_conversation_is_deleted_is_not_stored(
+    tmp_path: Path,
+) -> None:
+    """The operator deletes a conversation while its next turn waits on the upstream: the
+    answer still reaches the client, and nothing of the conversation comes back."""
+    admin = {"params": {"tenant": TENANT}, "headers": {"Authorization": "Bearer adm"}}
+    with proxy(tmp_path, "deleted") as (client, upstream):
+        say = talker(client, "Where should we go?", "trip")
+        for i in range(3):
+            say(line("ann", i))
+        upstream.slow_s = 1.0
+        history = [system("You plan trips."), user("Where should we go?"), user("and then?")]
+        headers = {"Authorization": f"Bearer {KEY}", "X-Conversation-Id": "trip"}
+        with ThreadPoolExecutor(1) as pool:
+            turn = pool.submit(
+                client.post, CHAT, json={"model": "tiny", "messages": history}, headers=headers
+            )
+            time.sleep(0.3)
+            deleted = client.delete("/admin/conversations/trip", **admin)
+            answered = turn.result()
+        settle(client)
+        assert deleted.status_code == 200, deleted.text
+        assert answered.status_code == 200, answered.text
+        gone = client.get("/admin/conversations/trip", **admin)
+        assert gone.status_code == 404, gone.text
+        # A turn that starts after the deletion is a new conversation, stored as usual.
+        upstream.slow_s = 0.0
+        r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
+        assert r.status_code == 200, r.text
+        settle(client)
+        back = client.get("/admin/conversations/trip", **admin)
+        assert back.status_code == 200, back.text
 
 
 def test_a_conversation_keeps_its_latest_answer_id_only_and_forget_drops_it() -> None:

@@ -32,6 +32,9 @@ async def commit(
 
     `answer_id` names the answer where a client may chain a request to it.
     """
+    if ctx.sessions.forgotten_since(outcome.key, outcome.began):
+        log.info("turn of %s not stored: deleted while it ran", outcome.key.conversation)
+        return
     digests = [digest(m) for m in answer]  # once, whatever the rebases
     # Started before the turn is written, so its state tells the process serving the
     # next turn that a preparation is under way (`SnapshotState.prepared_for`).

@@ -170,6 +170,7 @@ async def plan(
 
     `named`: the client named the conversation (its id is not derived).
     """
+    began = time.monotonic()  # a deletion after this is one the turn must not undo
     model = str(payload["model"])
     loaded = await load(ctx, key, messages, model, mode, resend, wire.items)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
@@ -233,6 +234,7 @@ async def plan(
         branch,
         estimated=ctx.estimates(wire.provider),
         provider=wire.provider,
+        began=began,
     )
 
 

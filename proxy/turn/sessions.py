@@ -16,7 +16,8 @@ its `Session`:
 
 Sessions are bounded together, by roughly the bytes they hold, and dropped
 least recently used first. `forget(key)` drops one at once: after it,
-nothing of the conversation remains in this object.
+nothing of the conversation remains in this object but when it was forgotten
+(`forgotten_since`), so that a turn under way then is not stored.
 
 A branch is named by the snapshot its next turn extends (the one its last
 turn stored). Two conversations that share a derived id but diverge each
@@ -25,6 +26,7 @@ continue their own branch, so one's preparation never replaces the other's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
@@ -38,6 +40,8 @@ from .state import SnapshotState
 SESSION_BYTES = 64 * 1024 * 1024
 # Fingerprints of conversations without an id that lead back to their session.
 OPENINGS = 16_384
+# Conversations whose deletion time is kept, for the turns under way when they went.
+FORGOTTEN = 4_096
 # Branches a session keeps prepared summaries for; the oldest go first.
 BRANCHES = 4
 # A session's own bookkeeping, counted on top of what it holds.
@@ -117,6 +121,7 @@ class Sessions:
     def __init__(self, max_bytes: int = SESSION_BYTES, max_openings: int = OPENINGS) -> None:
         self._openings: LRUCache[Hashable, ConvKey] = LRUCache(max_openings)
         self._sessions = _Bounded(max_bytes, self._openings)
+        self._forgotten: LRUCache[ConvKey, float] = LRUCache(FORGOTTEN)
 
     def __contains__(self, key: ConvKey) -> bool:
         return key in self._sessions
@@ -233,9 +238,15 @@ class Sessions:
 
     def forget(self, key: ConvKey) -> None:
         """Drop everything this process keeps of the conversation."""
+        self._forgotten[key] = time.monotonic()
         session = self._sessions.pop(key, None)
         if session is not None:
             _unlink(self._openings, key, session.openings)
+
+    def forgotten_since(self, key: ConvKey, began: float) -> bool:
+        """Whether the conversation was forgotten (deleted) after `began` (`time.monotonic`):
+        a turn under way then would bring back what its deletion removed."""
+        return self._forgotten.get(key, float("-inf")) > began
 
     def holds(self, key: ConvKey) -> bool:
         """Whether anything of the conversation is kept here (its session or an opening)."""
