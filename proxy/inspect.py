@@ -111,7 +111,8 @@ def messages_table(title: str, messages: list[dict[str, Any]]) -> Table:
     colours = {"system": "magenta", "user": "cyan", "assistant": "green", "tool": "yellow"}
     for i, m in enumerate(messages, 1):
         who = role(m) or str(m.get("type", ""))
-        table.add_row(str(i), Text(who, style=colours.get(who, "")), preview(m))
+        # Text, not a string: rich reads a string's brackets as markup ("[/b]" raises).
+        table.add_row(str(i), Text(who, style=colours.get(who, "")), Text(preview(m)))
     return table
 
 
@@ -120,7 +121,7 @@ def render(console: Console, data: dict[str, Any], limit: int | None = None) -> 
     state = SnapshotState.from_json(data.get("state")) or SnapshotState()
     stats, reduction = state.stats, state.reduction
     head = Table.grid(padding=(0, 2))
-    head.add_row("conversation", str(data.get("id")))
+    head.add_row("conversation", Text(str(data.get("id"))))
     head.add_row("tenant", str(data.get("tenant")))
     head.add_row("turns", str(data.get("turns")))
     # A full page may hide more: a long conversation is what the proxy is for.
@@ -146,7 +147,7 @@ def render(console: Console, data: dict[str, Any], limit: int | None = None) -> 
     console.print(Panel(head, title="context-proxy conversation", expand=False))
     if reduction.summaries:
         parts = [
-            Panel(block.text, title=f"summary {i} (covers body messages 0..{block.covers})")
+            Panel(Text(block.text), title=f"summary {i} (covers body messages 0..{block.covers})")
             for i, block in enumerate(reduction.summaries, 1)
         ]
         console.print(Group(*parts))

@@ -61,8 +61,10 @@ def test_demo_rejects_a_chart_path_that_is_not_svg(tmp_path: Path) -> None:
     assert main(["demo", "--turns", "1", "--chart", str(tmp_path / "c.png")]) == 2
 
 
-def _stored_conversation(db: Path) -> str:
-    """Play a few turns through the real app into a SQLite store; return the conversation id."""
+def _stored_conversation(db: Path, said: str = "question {n} ") -> str:
+    """Play a few turns through the real app into a SQLite store; return the conversation id.
+
+    `said` opens each question, `{n}` its number."""
     import httpx
 
     from proxy.app import create_app
@@ -85,7 +87,7 @@ def _stored_conversation(db: Path) -> str:
     history = [{"role": "system", "content": "Be brief."}]
     with TestClient(app) as client:
         for n in range(1, 16):
-            history.append({"role": "user", "content": f"question {n} " + "detail " * 30})
+            history.append({"role": "user", "content": said.format(n=n) + "detail " * 30})
             r = client.post(
                 "/v1/chat/completions",
                 json={"model": "tiny", "messages": history},
@@ -110,6 +112,20 @@ def test_inspect_reads_a_local_sqlite_store(
     assert "Working history" in out and "Archive" in out
     assert "summary 1" in out
     assert "question 15" in out
+
+
+def test_inspect_shows_brackets_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A message is text, never markup: "[/b]" once made inspect fail, and "[red]" vanished."""
+    db = tmp_path / "store.db"
+    conv = _stored_conversation(db, "question {n} [/b] in [red]bold[/red] ")
+
+    code = main(["inspect", conv, "--key", "sk-inspect", "--db", str(db)])
+
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "question 15 [/b] in [red]bold[/red]" in out
 
 
 def test_inspect_says_when_limit_cut_the_archive_short(
@@ -180,7 +196,9 @@ def test_inspect_refuses_a_store_of_another_schema_and_leaves_it_alone(
 
     assert main(["inspect", conv, "--key", "sk-inspect", "--db", str(db)]) == 1
 
-    assert "start `context-proxy serve` on it once" in " ".join(capsys.readouterr().out.split())
+    # What serve would say of it too: it cannot bring such a file up to date.
+    said = " ".join(capsys.readouterr().out.split())
+    assert "development build" in said and "move it aside" in said, said
     assert _file_contents(db) == before
 
 
