@@ -37,7 +37,7 @@ from ..upstream import bearer_token, forward_headers, refused_operator_key, resp
 from .count import undercount
 from .fairness import LARGE_BODY, let_others_run
 from .load import load
-from .recall import Unarchived, lineage_of, recall_into
+from .recall import Lineage, Unarchived, recall_into
 from .reduce import reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
 from .state import SnapshotState
@@ -200,16 +200,15 @@ async def plan(
     turn = loaded.turn
     # A derived id joins chats that only opened alike (another user's, maybe): such a
     # turn recalls from the branch its history is archived under (by chain hashes), and
-    # nothing when that is not at hand. A conversation the client named is its own to
-    # search whole.
-    lineage = None
-    if ctx.settings.recall.enabled and not named:
-        lineage = await lineage_of(ctx, key, turn, mode == "append")
-    if ctx.settings.recall.enabled and (named or lineage is not None):
+    # nothing when that is not at hand (a turn continued by `previous_response_id`).
+    # A conversation the client named is its own to search whole.
+    rooted = mode != "append" and turn.rooted and bool(turn.hashes)
+    if ctx.settings.recall.enabled and (named or rooted):
         unarchived: Unarchived | None = None
         if mode != "append":  # what the store lacks of the history the client sent
             archived = len(turn.history) - len(turn.new)
             unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
+        lineage = None if named else Lineage(frozenset(turn.hashes), turn.hashes[-1])
         reduction, recalled = await recall_into(
             ctx, key, reduction, model, reserved, headers, wire.items, unarchived, lineage
         )

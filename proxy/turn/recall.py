@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import english, recall
-from ..conversation import Turn
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
-from ..messages import Message, chain_hashes, digest, role, text_of
+from ..messages import Message, digest, role, text_of
 from ..reduction.types import Reduction
 from ..store import ConvKey, StoreError
 from ..store.base import SearchHit
@@ -57,29 +56,6 @@ class Lineage:
 
     hashes: frozenset[str]
     tip: str
-
-
-async def lineage_of(ctx: AppContext, key: ConvKey, turn: Turn, append: bool) -> Lineage | None:
-    """The branch a derived conversation's turn is archived under; None when not at hand.
-
-    A full-history turn resends it. An append-mode turn (one continued by
-    `previous_response_id`) extends the stored answer it names, whose chain the
-    archive gives back; a chain longer than the turn's position, or one that does
-    not hash to that answer (an archive that lost its start), is not at hand.
-    """
-    if not append:
-        rooted = turn.rooted and bool(turn.hashes)
-        return Lineage(frozenset(turn.hashes), turn.hashes[-1]) if rooted else None
-    try:
-        stored = await ctx.store.chain(key, turn.parent, limit=turn.position)
-    except StoreError as exc:
-        ctx.metrics.store_errors.labels("chain").inc()
-        log.info("recall of %s skipped: %s", key.conversation, exc)
-        return None
-    hashes = chain_hashes(stored)
-    if not hashes or hashes[-1] != turn.parent:
-        return None
-    return Lineage(frozenset((*hashes, *turn.new_hashes)), turn.tip)
 
 
 @dataclass(frozen=True, slots=True)
