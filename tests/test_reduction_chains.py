@@ -166,6 +166,14 @@ def test_a_responses_output_is_cut_and_calls_and_reasoning_never() -> None:
     assert shrink(reasoning, 300, size, RESPONSES) is None
 
 
+def test_a_part_whose_type_is_not_a_string_is_left_as_it_is() -> None:
+    odd = {"type": ["text"], "text": "x" * 4000}
+    for dialect in (CHAT, RESPONSES, ANTHROPIC):
+        message = {"role": "user", "content": [odd, text_part("text", 4000)]}
+        smaller = shrink(message, 1500, size, dialect)
+        assert smaller is None or smaller["content"][0] == odd
+
+
 @given(st.integers(0, 6000), st.integers(0, 6000), st.integers(20, 3000))
 def test_shrink_fits_and_changes_only_texts_in_every_dialect(a: int, b: int, target: int) -> None:
     """Whatever the texts' sizes: the result is None or fits (down to the shortest worth a

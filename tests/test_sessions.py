@@ -99,6 +99,19 @@ def test_a_branch_follows_its_turns_and_the_oldest_branches_go() -> None:
     assert all(sessions.branch(key, f"other{i}") is b for i, b in enumerate(others))
 
 
+def test_only_a_deletion_stops_the_turns_under_way_from_being_stored() -> None:
+    """A session the bound drops (too large to keep) is forgotten by the process only:
+    its turns are stored as usual; a deletion's turns under way are not."""
+    sessions = Sessions(max_bytes=5_000)
+    began = time.monotonic()
+    sessions.remember(KEYS[0], known(10_000))  # past the whole bound: dropped at once
+    assert KEYS[0] not in sessions
+    assert not sessions.forgotten_since(KEYS[0], began)
+    sessions.forget(KEYS[1])
+    assert sessions.forgotten_since(KEYS[1], began)
+    assert not sessions.forgotten_since(KEYS[1], time.monotonic())
+
+
 def test_weight_counts_what_a_session_holds() -> None:
     sessions = Sessions()
     key = KEYS[0]

@@ -112,7 +112,10 @@ def cut_blocks(content: Any, types: frozenset[str], cut: Callable[[str], str]) -
         return content
     return [
         {**b, "text": cut(b["text"])}
-        if isinstance(b, dict) and b.get("type") in types and isinstance(b.get("text"), str)
+        if isinstance(b, dict)
+        and isinstance(b.get("type"), str)
+        and b["type"] in types
+        and isinstance(b.get("text"), str)
         else b
         for b in content
     ]

@@ -59,7 +59,6 @@ def _text_block(text: str) -> dict[str, Any]:
 # lacks: dropped, it would leave two assistant messages side by side, a history
 # ending on the assistant's message (which Anthropic reads as a prefill), or none.
 TEXT_BLOCKS = frozenset({"text"})
-THINKING = frozenset({"thinking", "redacted_thinking"})
 STRAY_RESULTS = "[Tool results omitted: the calls they answer are not in this conversation.]"
 
 
@@ -137,7 +136,7 @@ class AnthropicItems:
 
     def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
         content = item.get("content")
-        if any(b.get("type") in THINKING for b in blocks(item)):
+        if any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks(item)):
             return item  # Anthropic checks an assistant message with thinking as it was made
         if isinstance(content, list):  # a tool result's own content is cut as a message's
             content = [

@@ -6,7 +6,7 @@ Per conversation, under `<prefix>:c:<tenant>:<conversation>`:
 arrival order), `:snaps` (hash: head -> [position, state, created_at]) and
 `:snapturns` (sorted set: head by turn, for pruning), and `:vecs` (hash:
 "model:chain hash" -> base64 float32, recall's embeddings, shared by replicas) and
-`:kept` (list of [request key, text], newest first: summaries made ahead).
+`:kept` (hash: request key -> [kept at, text], summaries made ahead).
 `<prefix>:idx:<tenant>` and `<prefix>:idx` index conversations by last update
 for the admin listing.
 
@@ -270,11 +270,15 @@ class RedisStore(Searchable):
             if not await self._live(key):
                 return
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.lpush(self._kept(key), dumps([request, text]))
-                pipe.ltrim(self._kept(key), 0, SUMMARIES_KEPT - 1)
+                pipe.hset(self._kept(key), request, dumps([self._now(), text]))
                 if self._ttl_s > 0:
                     pipe.expire(self._kept(key), self._ttl_s)
-                await pipe.execute()
+                pipe.hgetall(self._kept(key))
+                kept = cast("dict[str, str]", (await pipe.execute())[-1])
+            # Two replicas keeping at once may both trim: a summary fewer, never a wrong one.
+            by_age = sorted(kept, key=lambda r: float(loads(kept[r])[0]))
+            if len(by_age) > SUMMARIES_KEPT:
+                await self._redis.hdel(self._kept(key), *by_age[:-SUMMARIES_KEPT])
         except RedisError as exc:
             raise StoreError(f"Redis: {exc}") from exc
 
@@ -282,13 +286,10 @@ class RedisStore(Searchable):
         try:
             if not await self._live(key):
                 return {}
-            values = cast("list[str]", await self._redis.lrange(self._kept(key), 0, -1))
+            kept = cast("dict[str, str]", await self._redis.hgetall(self._kept(key)))
         except RedisError as exc:
             raise StoreError(f"Redis: {exc}") from exc
-        kept: dict[str, str] = {}
-        for request, text in map(loads, reversed(values)):  # the newest of a request wins
-            kept[request] = text
-        return kept
+        return {request: loads(value)[1] for request, value in kept.items()}
 
     async def _hashes(self, key: ConvKey, seqs: list[int]) -> dict[int, str]:
         none: dict[int, str] = {}

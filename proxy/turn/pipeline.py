@@ -70,7 +70,10 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     check_content_type(given.get("content-type"))
     server = ctx.settings.server
     body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
-    body = decoded(body, given.get("content-encoding"), server.max_body_bytes)
+    if given.get("content-encoding"):
+        body = decoded(body, given["content-encoding"], server.max_body_bytes)
+        if len(body) > LARGE_BODY:  # inflating it held the event loop, as a parse does
+            await let_others_run()
     resend = Resend(
         ctx.sessions,
         given,

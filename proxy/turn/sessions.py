@@ -236,9 +236,11 @@ class Sessions:
         session.recalled = recalled
         self._store(key, session)
 
-    def forget(self, key: ConvKey) -> None:
-        """Drop everything this process keeps of the conversation."""
-        self._forgotten[key] = time.monotonic()
+    def forget(self, key: ConvKey, *, deleted: bool = True) -> None:
+        """Drop everything this process keeps of the conversation; `deleted` (the store's
+        copy goes too) marks its turns under way as not to be stored."""
+        if deleted:
+            self._forgotten[key] = time.monotonic()
         session = self._sessions.pop(key, None)
         if session is not None:
             _unlink(self._openings, key, session.openings)
@@ -256,4 +258,4 @@ class Sessions:
         if session.weight <= self._sessions.maxsize:
             self._sessions[key] = session  # (re)computes its weight
         else:  # grown past the whole bound: kept, it would break it
-            self.forget(key)
+            self.forget(key, deleted=False)
