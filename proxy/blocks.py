@@ -12,11 +12,38 @@ has nothing to change.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 Message = dict[str, Any]
+
+
+def continued(prefill: Message, answer: Sequence[Message]) -> list[Message]:
+    """The answer as the client keeps it: its first message opens with the prefill's text.
+
+    A request ending with an assistant message (Anthropic's prefill) is answered
+    with what follows that text; apps join the two into one message and resend it.
+    """
+    if not answer:
+        return []
+    said = prefill.get("content")
+    start = said if isinstance(said, str) else "".join(_texts(said))
+    first = answer[0]
+    content = first.get("content")
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    head = parts[0] if parts else None
+    if type(head) is dict and head.get("type") == "text":
+        joined = [{**head, "text": start + str(head.get("text", ""))}, *parts[1:]]
+    else:
+        joined = [{"type": "text", "text": start}, *parts]
+    return [{**first, "content": joined}, *answer[1:]]
+
+
+def _texts(content: Any) -> list[str]:
+    blocks = content if type(content) is list else []
+    return [str(b.get("text", "")) for b in blocks if type(b) is dict]
 
 
 def as_meant(content: list[Any]) -> list[Any] | str:

@@ -44,6 +44,7 @@ class Outcome:
     estimated: bool = False
     provider: str = "openai"  # which upstream the turn went to (its headers are that one's)
     began: float = 0.0  # `time.monotonic()` when the turn was loaded
+    prefill: Message | None = None  # the answer's start the request ended with
 
     def headers(self) -> dict[str, str]:
         found = {

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.blocks import continued
 from proxy.dialects import Item
 from proxy.dialects.anthropic import ANTHROPIC, ANTHROPIC_WIRE
 from proxy.dialects.anthropic_answer import MessagesAssembler, message_from_body
@@ -370,3 +371,25 @@ def test_an_active_tool_result_too_large_for_the_window_is_truncated_as_on_chat(
     cut = body["messages"][2]["content"][0]
     assert cut["tool_use_id"] == "a" and "[..." in cut["content"]
     assert sum(count(m) for m in reduction.messages) <= Budget(2000).limit
+
+
+def test_a_prefill_and_its_answer_are_kept_as_one_message() -> None:
+    answer = [{"role": "assistant", "content": [text('"a": 1}'), tool_use("c")]}]
+    for prefill in ("{", [text("{")]):
+        start = {"role": "assistant", "content": prefill}
+        joined = continued(start, answer)
+        assert joined[0]["content"][0] == text('{"a": 1}') and joined[0]["content"][1:] == [
+            tool_use("c")
+        ]
+    called = [{"role": "assistant", "content": [tool_use("c")]}]
+    assert continued({"role": "assistant", "content": "Let me"}, called)[0]["content"] == [
+        text("Let me"),
+        tool_use("c"),
+    ]
+    history = [user(text("q")), {"role": "assistant", "content": "{"}]
+    assert ANTHROPIC_WIRE.prefill(history) is history[-1]
+    assert ANTHROPIC_WIRE.prefill(history[:1]) is None
+    assert (
+        ANTHROPIC_WIRE.prefill([user(text("q")), {"role": "assistant", "content": [tool_use("c")]}])
+        is None
+    )

@@ -7,8 +7,10 @@ headers and `max_tokens`, the window) and records what it was sent.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -633,3 +635,43 @@ def test_an_answer_resent_as_the_sdk_parsed_it_is_archived_once(
                 messages.append({"role": "assistant", "content": content})
         rows = archived(url, raw.headers["x-conversation-id"])
     assert len(rows) == 20
+
+
+def test_a_prefill_is_the_start_of_the_answer_the_app_keeps(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """An app that prefills "{" for JSON keeps the prefill and the answer as one message:
+    the summary is reused between reductions and each message archived once, as without
+    a prefill (every turn was summarised again, and archived twice, before)."""
+    upstream, upstream_url = fake
+    turns = 40
+
+    def run(prefill: str | None, db: Path) -> tuple[list[str], int]:
+        with start_proxy(upstream_url, db) as url:
+            api = anthropic.Anthropic(base_url=url, api_key="sk-ant-prefill", max_retries=0)
+            history: list[Any] = []
+            kinds = []
+            for i in range(turns):
+                ask = f"Turn {i}: JSON about city {i}, its museums, parks and markets. " * 3
+                history.append({"role": "user", "content": ask})
+                sent = [*history, {"role": "assistant", "content": prefill}] if prefill else history
+                raw = api.messages.with_raw_response.create(
+                    model=MODEL, max_tokens=MAX_TOKENS, messages=sent
+                )
+                kinds.append(raw.headers["x-context-reduction"])
+                if prefill:
+                    assert upstream.messages_requests()[-1]["messages"][-1]["content"] == prefill
+                said = (prefill or "") + raw.parse().content[0].text
+                history.append({"role": "assistant", "content": said})
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            archived: int = conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        return kinds, archived
+
+    plain, plain_rows = run(None, tmp_path / "plain.db")
+    made = len(upstream.summary_calls)
+    prefilled, rows = run("{", tmp_path / "prefilled.db")
+    assert "summarized" in plain and "reused" in plain, "long enough to be summarised"
+    assert prefilled.count("summarized") <= plain.count("summarized") + 1
+    assert "reused" in prefilled
+    assert len(upstream.summary_calls) - made <= made + 1
+    assert rows == plain_rows == 2 * turns

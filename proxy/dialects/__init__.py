@@ -210,6 +210,11 @@ class Wire(Protocol):
         """Tokens the request keeps free for the answer."""
         ...
 
+    def prefill(self, items: Sequence[Item]) -> Item | None:
+        """The history's last item when it is the start of the answer (Anthropic's prefill:
+        an assistant message the model continues), else None."""
+        ...
+
     def definitions(self, payload: dict[str, Any]) -> list[Any]:
         """The request's parts besides the history that fill the context (tools, schemas)."""
         ...

@@ -194,6 +194,16 @@ class AnthropicWire(body_checks.JsonWire):
     def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
         return anthropic_request.alternate(items)
 
+    def prefill(self, items: Sequence[Item]) -> Item | None:
+        # Text only: an assistant message with calls or thinking is no answer's start.
+        last = items[-1] if len(items) > 1 else None  # a history of a prefill alone is no turn
+        if last is None or last.get("role") != "assistant":
+            return None
+        content = last.get("content")
+        if isinstance(content, str) or all(b.get("type") == "text" for b in blocks(last)):
+            return last if content else None
+        return None
+
     def render(self, body: bytes, payload: dict[str, Any], items: Sequence[Item]) -> bytes:
         kept = anthropic_cache.within_limit(payload, self.forwarded(items))
         return body_checks.render(body, payload, self.history_field, kept)

@@ -114,6 +114,9 @@ class JsonWire:
         message are among them)."""
         return self.history(payload)
 
+    def prefill(self, items: Sequence[Any]) -> Any | None:
+        return None
+
     def reserved_output(self, payload: dict[str, Any]) -> int:
         for key in self.limit_fields:
             value = payload.get(key)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..blocks import continued
 from ..messages import Message, digest
 from ..outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from ..store import Conflict, StoreError
@@ -35,6 +36,8 @@ async def commit(
     if ctx.sessions.forgotten_since(outcome.key, outcome.began):
         log.info("turn of %s not stored: deleted while it ran", outcome.key.conversation)
         return
+    if outcome.prefill is not None:  # the client keeps its prefill and the answer as one
+        answer = continued(outcome.prefill, answer)
     digests = [digest(m) for m in answer]  # once, whatever the rebases
     # Started before the turn is written, so its state tells the process serving the
     # next turn that a preparation is under way (`SnapshotState.prepared_for`).

@@ -100,6 +100,10 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
         mode = "append"
     messages = wire.history(payload)
+    prefill = wire.prefill(messages)
+    if prefill is not None:  # the answer's start: the turn is the history before it
+        messages = messages[:-1]
+        resend = Resend(ctx.sessions, given, body, enabled=False)
     key = resend.conversation(wire.opening(payload))  # identify
     # Append-mode turns of one conversation apply in arrival order.
     lock = ctx.locks.get(key) if mode == "append" else None
@@ -107,9 +111,20 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         await lock.acquire()
     try:
         outcome = await plan(
-            ctx, wire, key, payload, messages, mode, strategy, headers, resend.of(key), named
+            ctx,
+            wire,
+            key,
+            payload,
+            messages,
+            mode,
+            strategy,
+            headers,
+            resend.of(key),
+            named,
+            prefill,
         )
-        content = wire.render(body, payload, outcome.reduction.messages)  # forward
+        forwarded = outcome.reduction.messages
+        content = wire.render(body, payload, [*forwarded, prefill] if prefill else forwarded)
         url = ctx.url_for(wire.upstream_path, wire.provider, request.url.query)
         try:
             response = await send(ctx, url, content, headers, events=streaming)
@@ -168,10 +183,12 @@ async def plan(
     headers: dict[str, str],
     resend: Resend | None = None,
     named: bool = False,
+    prefill: Item | None = None,
 ) -> Outcome:
     """Load, reconcile and reduce the turn: what goes upstream, and what to store after.
 
-    `named`: the client named the conversation (its id is not derived).
+    `named`: the client named the conversation (its id is not derived). `prefill`: the
+    answer's start, forwarded after the reduced history and stored as the answer's.
     """
     began = time.monotonic()  # a deletion after this is one the turn must not undo
     model = str(payload["model"])
@@ -180,6 +197,8 @@ async def plan(
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
     defined = ctx.counter.count_definitions(model, wire.definitions(payload))
+    if prefill is not None:  # forwarded whole, whatever the reduction keeps
+        defined += ctx.counter.count_message(model, prefill)
     reserved = wire.reserved_output(payload) + defined
     reduction, made, spent = await reduce_turn(
         ctx, loaded, model, reserved, strategy, headers, branch, memo, wire
@@ -237,6 +256,7 @@ async def plan(
         estimated=ctx.estimates(wire.provider),
         provider=wire.provider,
         began=began,
+        prefill=prefill,
     )
 
 
