@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 
 from proxy.conversation import derive_id, reconcile_append
 from proxy.dialects import Item
+from proxy.dialects.anthropic import ANTHROPIC_WIRE
 from proxy.dialects.anthropic_cache import within_limit
 from proxy.messages import as_meant, chain_hashes, digest
 from proxy.mock import anthropic as mock_anthropic
 from proxy.reduction.layout import summary_key
+from proxy.turn.count import count_body
 from proxy.turn.state import SnapshotState
 
 from .test_anthropic import SLOW, histories, result, text, tool_use, user
@@ -100,3 +102,13 @@ def test_the_oldest_breakpoints_the_request_did_not_place_give_way_past_four() -
 
 def answer(i: int) -> Item:
     return {"role": "assistant", "content": [text(f"a{i}")]}
+
+
+def test_the_count_request_keeps_within_four_breakpoints_as_the_forwarded_one_does() -> None:
+    system = [text("be brief", True)]
+    stale = [m for i in range(4) for m in (user(text(f"q{i}", True)), answer(i))]
+    new = user(text("q4", True))
+    payload = {"model": "claude-x", "system": system, "messages": [new], "max_tokens": 9}
+    body = count_body(ANTHROPIC_WIRE, payload, [*stale, new])
+    assert mock_anthropic.breakpoints(body) == 4
+    assert "max_tokens" not in body and body["system"] == system

@@ -12,9 +12,10 @@ estimate stands, as without the option.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..dialects import Wire
+from ..dialects import Item, Wire, anthropic_cache
 from ..reduction.types import Reduction
 from ..upstream import ANTHROPIC_SIDE_CALL_HEADERS, SideCallFailed, post_json
 
@@ -44,8 +45,7 @@ async def undercount(
     the turn is not near its trigger, or the count failed)."""
     if reduction.tokens_out < NEAR * limit:
         return 0
-    history = list(wire.forwarded(reduction.messages))
-    body = {k: payload[k] for k in COUNTED if k in payload} | {"messages": history}
+    body = count_body(wire, payload, reduction.messages)
     url = str(ctx.url_for(COUNT_PATH, wire.provider))
     timeout = ctx.settings.reduction.summarizer_timeout_s
     try:
@@ -57,3 +57,10 @@ async def undercount(
         log.info("count_tokens failed (%s); the estimate stands", exc)
         return 0
     return max(0, exact - (reduction.tokens_out + defined))
+
+
+def count_body(wire: Wire, payload: dict[str, Any], items: Sequence[Item]) -> dict[str, Any]:
+    """The count request for the reduced `items`: what the turn forwards, breakpoints
+    kept within Anthropic's four as the forwarded request's are."""
+    history = list(anthropic_cache.within_limit(payload, wire.forwarded(items)))
+    return {k: payload[k] for k in COUNTED if k in payload} | {"messages": history}
