@@ -37,12 +37,11 @@ IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS_HIGH = 765
 AUDIO_CHARS_PER_TOKEN = 32  # base64 audio is far less dense than text
 # A reasoning item's `encrypted_content` (an Anthropic `redacted_thinking` block's
-# `data`) is base64 of the reasoning it carries: about four bytes of text a token,
-# three bytes to four characters. Tokenised as written, random base64 counts
-# several times that.
-ENCRYPTED_CHARS_PER_TOKEN = 5
-# Item ids name stored items for the API; the model does not read them.
-UNREAD_KEYS = frozenset({"id", "status"})
+# `data`) is base64 of the reasoning it carries: about five characters a token of
+# the text inside, counted at four to stay on the safe side (a count that falls
+# short is a request the upstream refuses). Tokenised as written, random base64
+# counts several times that.
+ENCRYPTED_CHARS_PER_TOKEN = 4
 # Anthropic's blocks billed by what they show, not by their base64's length.
 ANTHROPIC_MEDIA = ("image", "document")
 ROLES_KEPT = 256
@@ -218,7 +217,7 @@ class TokenCounter:
                     total += self._role_tokens(encoding, value)
             elif key == "encrypted_content" and isinstance(value, str):
                 total += len(value) // ENCRYPTED_CHARS_PER_TOKEN
-            elif isinstance(value, str) and key not in UNREAD_KEYS:
+            elif isinstance(value, str):
                 total += self.count_text(encoding, value)
         for call in tool_calls(message):
             fn = call.get("function")

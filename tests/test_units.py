@@ -81,21 +81,14 @@ def test_tool_calls_images_and_unknown_parts_are_counted() -> None:
     assert counter.count_message("gpt-4o", odd) >= 100
 
 
-def test_responses_items_count_what_the_model_reads() -> None:
-    """Ids are the API's, not the model's; encrypted reasoning counts as the text it holds
-    (about a token a five characters of base64), not as tokenised base64."""
+def test_encrypted_reasoning_counts_as_the_text_it_holds() -> None:
+    """A token a four characters of base64 (on the safe side of the five its text takes),
+    not tokenised base64, which counts several times that."""
     counter = TokenCounter()
-    said = {
-        "type": "message",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": "Sure."}],
-    }
-    stored = {**said, "id": "msg_68af0c1e3b5c8190a2d4f6e8b0c2d4f6", "status": "completed"}
-    assert counter.count_message("gpt-4o", stored) == counter.count_message("gpt-4o", said)
     blob = base64.b64encode(bytes(range(256)) * 12).decode()  # 4,096 characters
     reasoning = {"type": "reasoning", "summary": [], "encrypted_content": blob}
     counted = counter.count_message("gpt-4o", reasoning)
-    assert 800 <= counted <= 850, counted
+    assert 1020 <= counted <= 1060, counted
     assert counter.count_text("o200k_base", blob) > 2 * counted, "tokenised, it counts more"
 
 
@@ -110,7 +103,7 @@ def test_anthropic_thinking_counts_its_text_and_not_its_signature() -> None:
     ]
     assert counts[0] == counts[1] < 120
     redacted = {"type": "redacted_thinking", "data": "A" * 1000}
-    assert counter.count_message("claude-x", {"role": "assistant", "content": [redacted]}) < 210
+    assert counter.count_message("claude-x", {"role": "assistant", "content": [redacted]}) < 260
 
 
 def test_counts_are_cached_per_message() -> None:
