@@ -380,13 +380,16 @@ def test_a_block_computed_for_one_chat_never_serves_another_that_asks_alike(
     assert "hunter2" not in str(upstream.chat_requests()[-1]["messages"])
 
 
-def test_a_derived_conversation_continued_by_response_id_recalls_no_other_chat(
+def test_a_derived_conversation_continued_by_response_id_recalls_its_own_branch_alone(
     tmp_path: Path,
 ) -> None:
+    """Chained by previous_response_id, each request sends only its new items: the branch
+    kept with the answer it continues is searched, answers of several items (reasoning and
+    a call) included, and another chat that opened alike is not."""
     headers = {"Authorization": "Bearer sk-shared"}
     with in_process(tmp_path, responses_manage_server_state="true") as (client, upstream):
 
-        def ask(text: str, previous: str | None = None) -> httpx.Response:
+        def ask(text: Any, previous: str | None = None) -> httpx.Response:
             body: dict[str, Any] = {"model": "tiny", "instructions": "Be brief.", "input": text}
             if previous is not None:
                 body["previous_response_id"] = previous
@@ -395,7 +398,23 @@ def test_a_derived_conversation_continued_by_response_id_recalls_no_other_chat(
             return r
 
         first = ask("Hello")
-        ask("My bank password is hunter2-ALICE, keep it safe.", first.json()["id"])
+        r = ask("My bank password is hunter2-ALICE, keep it safe.", first.json()["id"])
+        for i in range(60):
+            r = ask(filler(i), r.json()["id"])
+            if i % 20 == 0:  # a tool round: reasoning and a call answer, then its output
+                r = ask("Please call tool lookup for the notes.", r.json()["id"])
+                call = next(o for o in r.json()["output"] if o["type"] == "function_call")
+                output = {
+                    "type": "function_call_output",
+                    "call_id": call["call_id"],
+                    "output": "ok",
+                }
+                r = ask([output], r.json()["id"])
+        r = ask("What is my bank password?", r.json()["id"])
+        assert r.headers["x-context-reduction"] != "none", "the password left the window"
+        assert r.headers["x-context-recall"] != "0", "her own branch is recalled"
+        assert "hunter2" in str(upstream.responses_requests()[-1])
+
         second = ask("Hello")
         assert second.headers["x-conversation-id"] == first.headers["x-conversation-id"]
         r = ask("What is my bank password?", second.json()["id"])

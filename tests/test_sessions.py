@@ -22,7 +22,7 @@ from proxy.conversation import tenant_of
 from proxy.fastpath.known import Known
 from proxy.mock import MockUpstream
 from proxy.store import ConvKey, SqliteStore
-from proxy.turn.sessions import OVERHEAD, Branch, Recalled, Sessions
+from proxy.turn.sessions import HASH_BYTES, OVERHEAD, Branch, Recalled, Sessions
 
 from .factories import system, user
 
@@ -122,6 +122,10 @@ def test_weight_counts_what_a_session_holds() -> None:
     sessions.prepared(key, branch, {"k": "s" * 50})
     session = sessions.get(key)
     assert session is not None and session.weight == OVERHEAD + 1000 + 300 + 50
+    sessions.answered(key, "resp_1", "h9", frozenset(f"h{i}" for i in range(10)))
+    assert session.weight == OVERHEAD + 1000 + 300 + 50 + 10 * HASH_BYTES
+    sessions.forget(key)
+    assert sessions.lineage(key) == frozenset()
 
 
 # -- Through the app ---------------------------------------------------------------------------

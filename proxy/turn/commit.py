@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..blocks import continued
 from ..messages import Message, digest
 from ..outcome import MAX_REBASES, Outcome, rebase, turn_commit
-from ..store import Conflict, StoreError
+from ..store import ArchiveEntry, Conflict, StoreError
 from .background import embed_next, prepare_next
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ async def commit(
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:
-                ctx.sessions.answered(outcome.key, answer_id, turn.archive[-1].hash)
+                branch = _branch(ctx, outcome, turn.archive)
+                ctx.sessions.answered(outcome.key, answer_id, turn.archive[-1].hash, branch)
             return
         except Conflict:
             try:
@@ -73,6 +74,18 @@ async def commit(
             return
     ctx.metrics.store_errors.labels("commit").inc()
     log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
+
+
+def _branch(ctx: AppContext, outcome: Outcome, archived: Sequence[ArchiveEntry]) -> frozenset[str]:
+    """The chain hashes of the branch the turn's answer ends, when the turn tracks it: the
+    history it resent, or (append mode) the branch of the answer it continued."""
+    if not outcome.tracks_branch:
+        return frozenset()
+    if outcome.turn.hashes:
+        before = frozenset(outcome.turn.hashes)
+    else:
+        before = ctx.sessions.lineage(outcome.key)
+    return before | {entry.hash for entry in archived}
 
 
 def _continue_branch(ctx: AppContext, outcome: Outcome, head: str) -> None:

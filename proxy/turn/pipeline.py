@@ -37,7 +37,7 @@ from ..upstream import bearer_token, forward_headers, refused_operator_key, resp
 from .count import undercount
 from .fairness import LARGE_BODY, let_others_run
 from .load import load
-from .recall import Lineage, Unarchived, recall_into
+from .recall import Unarchived, branch_of, recall_into
 from .reduce import reduce_turn, with_kind
 from .relay import Oversized, read_whole, relay, send
 from .state import SnapshotState
@@ -222,15 +222,14 @@ async def plan(
     turn = loaded.turn
     # A derived id joins chats that only opened alike (another user's, maybe): such a
     # turn recalls from the branch its history is archived under (by chain hashes), and
-    # nothing when that is not at hand (a turn continued by `previous_response_id`).
-    # A conversation the client named is its own to search whole.
-    rooted = mode != "append" and turn.rooted and bool(turn.hashes)
-    if ctx.settings.recall.enabled and (named or rooted):
+    # nothing when that is not at hand. A conversation the client named is its own to
+    # search whole.
+    lineage = None if named or not ctx.settings.recall.enabled else branch_of(ctx, key, turn)
+    if ctx.settings.recall.enabled and (named or lineage is not None):
         unarchived: Unarchived | None = None
         if mode != "append":  # what the store lacks of the history the client sent
             archived = len(turn.history) - len(turn.new)
             unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
-        lineage = None if named else Lineage(frozenset(turn.hashes), turn.hashes[-1])
         reduction, recalled = await recall_into(
             ctx, key, reduction, model, reserved, headers, wire.items, unarchived, lineage
         )
@@ -257,6 +256,7 @@ async def plan(
         provider=wire.provider,
         began=began,
         prefill=prefill,
+        tracks_branch=ctx.settings.recall.enabled and not named,
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import english, recall
+from ..conversation import Turn
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
 from ..messages import Message, digest, role, text_of
@@ -56,6 +57,21 @@ class Lineage:
 
     hashes: frozenset[str]
     tip: str
+
+
+def branch_of(ctx: AppContext, key: ConvKey, turn: Turn) -> Lineage | None:
+    """The branch a derived conversation's turn is archived under; None when not at hand.
+
+    A full-history turn resends it (unless the archive chains it from further back).
+    A turn continued by `previous_response_id` sends only its new items: its branch
+    is the one kept with the answer it continues (`Sessions.answered`), and them.
+    """
+    if turn.hashes:
+        return Lineage(frozenset(turn.hashes), turn.hashes[-1]) if turn.rooted else None
+    kept = ctx.sessions.lineage(key)
+    if turn.parent not in kept:
+        return None
+    return Lineage(kept | frozenset(turn.new_hashes), turn.tip)
 
 
 @dataclass(frozen=True, slots=True)

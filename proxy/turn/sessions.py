@@ -9,7 +9,9 @@ its `Session`:
 - `recalled`: the recall block its current question got, so the requests of
   the same turn (tool results) repeat it verbatim;
 - `response`: the id of its latest Responses answer and that answer's chain
-  hash, so that a request chained to it (`previous_response_id`) continues it;
+  hash, so that a request chained to it (`previous_response_id`) continues it,
+  and, for a conversation whose id is derived, `lineage`: the chain hashes of
+  that answer's branch, which the continuing turn's recall keeps to;
 - `answer`: the digest of the last message its latest stored turn ends with,
   so that a request resending it but extending no snapshot (a client that
   trims its history) is looked for in the store (see `turn.load`).
@@ -40,6 +42,8 @@ from .state import SnapshotState
 SESSION_BYTES = 64 * 1024 * 1024
 # Fingerprints of conversations without an id that lead back to their session.
 OPENINGS = 16_384
+# What a chain hash held in a set costs (64 characters and the set's slot).
+HASH_BYTES = 150
 # Conversations whose deletion time is kept, for the turns under way when they went.
 FORGOTTEN = 4_096
 # Branches a session keeps prepared summaries for; the oldest go first.
@@ -82,11 +86,13 @@ class Session:
     recalled: Recalled | None = None
     openings: set[Hashable] = field(default_factory=set)
     response: tuple[str, str] | None = None  # the latest answer's id and chain hash
+    lineage: frozenset[str] = frozenset()  # that answer's branch (derived ids only)
     answer: bytes | None = None  # the digest of the latest stored turn's last message
 
     @property
     def weight(self) -> int:
         held = self.known.weight if self.known is not None else 0
+        held += HASH_BYTES * len(self.lineage)
         held += sum(len(t) for b in self.branches.values() for t in b.texts.values())
         held += len(self.recalled.block) if self.recalled is not None else 0
         return OVERHEAD + held
@@ -149,8 +155,15 @@ class Sessions:
             session.openings.add(fingerprint)
         self._store(key, session)
 
-    def answered(self, key: ConvKey, response_id: str, answer_hash: str) -> None:
-        """The conversation's latest answer has this id (and chain hash).
+    def answered(
+        self,
+        key: ConvKey,
+        response_id: str,
+        answer_hash: str,
+        lineage: frozenset[str] = frozenset(),
+    ) -> None:
+        """The conversation's latest answer has this id (and chain hash), on the branch
+        of `lineage`'s chain hashes (kept for a derived id's recall; empty: not kept).
 
         Only the latest is kept: a request chained to an earlier answer (a
         retry, a branch) would otherwise continue turns it never saw.
@@ -164,7 +177,13 @@ class Sessions:
         self._openings[mark] = key
         session.openings.add(mark)
         session.response = (response_id, answer_hash)
+        session.lineage = lineage
         self._store(key, session)
+
+    def lineage(self, key: ConvKey) -> frozenset[str]:
+        """The chain hashes of the branch of the conversation's latest answer (see `answered`)."""
+        session = self._sessions.get(key)
+        return session.lineage if session is not None else frozenset()
 
     def stored(self, key: ConvKey, answer: bytes) -> None:
         """The conversation's latest stored turn ends with a message of digest `answer`."""
