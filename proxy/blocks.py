@@ -33,12 +33,20 @@ def continued(prefill: Message, answer: Sequence[Message]) -> list[Message]:
     first = answer[0]
     content = first.get("content")
     parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
-    head = parts[0] if parts else None
+    # Thinking opens an assistant message; the text goes after it.
+    lead = 0
+    while lead < len(parts) and type(parts[lead]) is dict and parts[lead].get("type") in THINKING:
+        lead += 1
+    head = parts[lead] if lead < len(parts) else None
     if type(head) is dict and head.get("type") == "text":
-        joined = [{**head, "text": start + str(head.get("text", ""))}, *parts[1:]]
+        text = {**head, "text": start + str(head.get("text", ""))}
+        joined = [*parts[:lead], text, *parts[lead + 1 :]]
     else:
-        joined = [{"type": "text", "text": start}, *parts]
+        joined = [*parts[:lead], {"type": "text", "text": start}, *parts[lead:]]
     return [{**first, "content": joined}, *answer[1:]]
+
+
+THINKING = ("thinking", "redacted_thinking")
 
 
 def _texts(content: Any) -> list[str]:

@@ -45,8 +45,9 @@ class Outcome:
     provider: str = "openai"  # which upstream the turn went to (its headers are that one's)
     began: float = 0.0  # `time.monotonic()` when the turn was loaded
     prefill: Message | None = None  # the answer's start the request ended with
-    # A derived id's turn with recall on: its branch is kept for the turns chained to it.
-    tracks_branch: bool = False
+    # A derived id's turn with recall on: the chain hashes of its branch as planned (empty:
+    # not at hand), kept for the turns chained to it; None: not tracked.
+    lineage: frozenset[str] | None = None
 
     def headers(self) -> dict[str, str]:
         found = {

@@ -386,6 +386,11 @@ def test_a_prefill_and_its_answer_are_kept_as_one_message() -> None:
         text("Let me"),
         tool_use("c"),
     ]
+    thought = [thinking("t"), text("x")]
+    joined = continued(
+        {"role": "assistant", "content": "{"}, [{"role": "assistant", "content": thought}]
+    )
+    assert joined[0]["content"] == [thinking("t"), text("{x")], "thinking stays first"
     history = [user(text("q")), {"role": "assistant", "content": "{"}]
     assert ANTHROPIC_WIRE.prefill(history) is history[-1]
     assert ANTHROPIC_WIRE.prefill(history[:1]) is None

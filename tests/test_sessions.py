@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -15,14 +16,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from proxy import conversation as conv
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.context import AppContext
 from proxy.conversation import tenant_of
 from proxy.fastpath.known import Known
 from proxy.mock import MockUpstream
-from proxy.store import ConvKey, SqliteStore
+from proxy.outcome import Outcome
+from proxy.reduction.types import Reduction
+from proxy.store import ArchiveEntry, ConvKey, SqliteStore
+from proxy.turn.commit import _branch
 from proxy.turn.sessions import HASH_BYTES, OVERHEAD, Branch, Recalled, Sessions
+from proxy.turn.state import SnapshotState
 
 from .factories import system, user
 
@@ -396,3 +402,21 @@ def test_a_conversation_keeps_its_latest_answer_id_only_and_forget_drops_it() ->
     sessions.forget(key)
     assert sessions.chained("t", "resp_2") is None and not sessions.holds(key)
     assert sessions.chained("t", "resp_x") == (other, "hash_x")
+
+
+def test_a_chained_turn_applied_after_another_chats_keeps_no_branch() -> None:
+    """An append-mode turn rebased onto what another chat of the derived id committed first
+    ends that chat's branch, not its own: it keeps none, and the next turn recalls nothing."""
+    prior = SnapshotState(answer_hash="mine").to_json()
+    turn = conv.reconcile_append([user("and then?")], [user("hi")], prior, 1)
+    planned = frozenset({"h0", "mine", *turn.new_hashes})
+    nothing = Reduction(messages=(), state=turn.working.state, kinds=(), tokens_out=0)
+    outcome = Outcome(KEYS[0], turn, nothing, 0, 0, 0, False)
+    archived = [ArchiveEntry("answer", turn.new_hashes[-1], user("ok"))]
+    assert _branch(dataclasses.replace(outcome, lineage=planned), archived) == planned | {"answer"}
+    assert _branch(outcome, archived) == frozenset(), "not tracked"
+    theirs = conv.reconcile_append(
+        [user("and then?")], [user("hi")], SnapshotState(answer_hash="theirs").to_json(), 1
+    )
+    rebased = dataclasses.replace(outcome, turn=theirs, lineage=planned)
+    assert _branch(rebased, archived) == frozenset()

@@ -57,7 +57,7 @@ async def commit(
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:
-                branch = _branch(ctx, outcome, turn.archive)
+                branch = _branch(outcome, turn.archive)
                 ctx.sessions.answered(outcome.key, answer_id, turn.archive[-1].hash, branch)
             return
         except Conflict:
@@ -76,16 +76,14 @@ async def commit(
     log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
 
 
-def _branch(ctx: AppContext, outcome: Outcome, archived: Sequence[ArchiveEntry]) -> frozenset[str]:
-    """The chain hashes of the branch the turn's answer ends, when the turn tracks it: the
-    history it resent, or (append mode) the branch of the answer it continued."""
-    if not outcome.tracks_branch:
+def _branch(outcome: Outcome, archived: Sequence[ArchiveEntry]) -> frozenset[str]:
+    """The chain hashes of the branch the turn's answer ends, when the turn tracks it: its
+    branch as planned and what it archived; none when it was applied after another turn
+    (a rebase in append mode), whose branch may be another chat's."""
+    turn, planned = outcome.turn, outcome.lineage
+    if planned is None or (not turn.hashes and turn.parent not in planned):
         return frozenset()
-    if outcome.turn.hashes:
-        before = frozenset(outcome.turn.hashes)
-    else:
-        before = ctx.sessions.lineage(outcome.key)
-    return before | {entry.hash for entry in archived}
+    return planned | {entry.hash for entry in archived}
 
 
 def _continue_branch(ctx: AppContext, outcome: Outcome, head: str) -> None:

@@ -205,7 +205,10 @@ async def plan(
     )
     if wire.provider == "anthropic" and ctx.settings.anthropic.count_tokens and strategy != "none":
         limit = ctx.budget(model, reserved).limit
-        missed = await undercount(ctx, wire, payload, reduction, defined, limit, headers)
+        sent = reduction
+        if prefill is not None:  # forwarded after the history: counted with it
+            sent = dataclasses.replace(reduction, messages=(*reduction.messages, prefill))
+        missed = await undercount(ctx, wire, payload, sent, defined, limit, headers)
         if reduction.tokens_out + missed > limit:  # the estimate fell short: reduce again
             # A reserved token takes trigger_ratio of one from the history's budget,
             # which must lose all that was missed.
@@ -225,6 +228,7 @@ async def plan(
     # nothing when that is not at hand. A conversation the client named is its own to
     # search whole.
     lineage = None if named or not ctx.settings.recall.enabled else branch_of(ctx, key, turn)
+    tracked = lineage.hashes if lineage is not None else frozenset()
     if ctx.settings.recall.enabled and (named or lineage is not None):
         unarchived: Unarchived | None = None
         if mode != "append":  # what the store lacks of the history the client sent
@@ -256,7 +260,7 @@ async def plan(
         provider=wire.provider,
         began=began,
         prefill=prefill,
-        tracks_branch=ctx.settings.recall.enabled and not named,
+        lineage=None if named or not ctx.settings.recall.enabled else tracked,
     )
 
 
