@@ -1,5 +1,6 @@
 """SQL helpers of the SQLite store: transactions, a conversation's rows read back, the
-working history's rows, and the summaries kept ahead of their reduction.
+working history's rows, the search index caught up, and the summaries kept ahead of
+their reduction.
 
 A full-history working list is described by its place in the archived chain
 or kept as rows (schema.py says when); these functions read and write it.
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from proxy.messages import Message
+from proxy.store import search
 from proxy.store.base import (
     SUMMARIES_KEPT,
     ArchivedMessage,
@@ -233,6 +235,18 @@ def rows_match(db: sqlite3.Connection, cid: int, layout: WorkingLayout, first: i
         ).fetchall()
     )
     return len(found) == len(set(probes)) and found[last] == layout.hashes[first - 1]
+
+
+def indexed(db: sqlite3.Connection, cid: int) -> int:
+    """`cid`, once the search index holds every message of it the archive does."""
+    last, _ = search.progress(db, cid)
+    new = db.execute(
+        "SELECT seq, hash, message FROM messages WHERE conversation_id = ? AND seq > ?"
+        " ORDER BY seq",
+        (cid, last),
+    ).fetchall()
+    search.add(db, cid, [(seq, h, loads(m)) for seq, h, m in new])
+    return cid
 
 
 def keep_summary(db: sqlite3.Connection, cid: int, request: str, text: str, now: float) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from cachetools import LRUCache
 
 from proxy.messages import Message
-from proxy.store import indexed, search
+from proxy.store import indexed
 from proxy.store.base import (
     DEFAULT_MAX_SNAPSHOTS,
     DEFAULT_TTL_S,
@@ -30,7 +30,6 @@ from proxy.store.base import (
     Snapshot,
     StoreError,
     TurnCommit,
-    loads,
 )
 from proxy.store.schema import (
     DATA_VERSION,
@@ -376,16 +375,7 @@ class SqliteStore(indexed.Searchable):
     ) -> T:
         def job(db: sqlite3.Connection) -> T:
             cid = rows.live_id(db, key, self._cutoff())
-            if cid is None:
-                return none
-            last, _ = search.progress(db, cid)
-            new = db.execute(
-                "SELECT seq, hash, message FROM messages WHERE conversation_id = ? AND seq > ?"
-                " ORDER BY seq",
-                (cid, last),
-            ).fetchall()
-            search.add(db, cid, [(seq, h, loads(m)) for seq, h, m in new])
-            return op(db, cid)
+            return none if cid is None else op(db, rows.indexed(db, cid))
 
         return await self._run(lambda db: rows.write(db, lambda: job(db)))
 
