@@ -28,8 +28,8 @@ def continued(prefill: Message, answer: Sequence[Message]) -> list[Message]:
     """
     if not answer:
         return []
-    said = prefill.get("content")
-    start = said if isinstance(said, str) else "".join(_texts(said))
+    opening = prefill.get("content")
+    start = opening if isinstance(opening, str) else "".join(map(said, opening or []))
     first = answer[0]
     content = first.get("content")
     parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
@@ -46,12 +46,8 @@ def continued(prefill: Message, answer: Sequence[Message]) -> list[Message]:
     return [{**first, "content": joined}, *answer[1:]]
 
 
+# Blocks of a model's reasoning, which open its message and Anthropic checks as made.
 THINKING = ("thinking", "redacted_thinking")
-
-
-def _texts(content: Any) -> list[str]:
-    blocks = content if type(content) is list else []
-    return [str(b.get("text", "")) for b in blocks if type(b) is dict]
 
 
 def as_meant(content: list[Any]) -> list[Any] | str:

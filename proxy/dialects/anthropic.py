@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from ..blocks import THINKING
 from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
 from .anthropic_answer import MessagesAssembler, message_from_body
@@ -136,7 +137,7 @@ class AnthropicItems:
 
     def shortened(self, item: Item, cut: Callable[[str], str]) -> Item:
         content = item.get("content")
-        if any(b.get("type") in ("thinking", "redacted_thinking") for b in blocks(item)):
+        if any(b.get("type") in THINKING for b in blocks(item)):
             return item  # Anthropic checks an assistant message with thinking as it was made
         if isinstance(content, list):  # a tool result's own content is cut as a message's
             content = [
