@@ -16,6 +16,7 @@ import logging
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -449,3 +450,37 @@ async def test_an_auth_or_hooked_client_takes_httpx_path(server: str) -> None:
             await http.get("http://up/x")
         assert router.calls.last.request.headers["authorization"].startswith("Basic ")
     assert seen == ["http://up/x"]
+
+
+@pytest.mark.skipif(not transports.has_reqwest(), reason="the reqwest extra is not installed")
+def test_the_app_starts_again_under_a_new_thread_with_reqwest(tmp_path: Path) -> None:
+    """Two `TestClient`s of the app in one process, as a user's test suite has them.
+
+    Each runs the app's lifespan (which builds the reqwest transport) on a thread of
+    its own that ends with it. In a fresh process, so that nothing imported pyreqwest
+    before the app, and a crash is a failed test rather than a dead test run.
+    """
+    import subprocess
+    import sys
+
+    script = (
+        "import gc, sys\n"
+        "from starlette.testclient import TestClient\n"
+        "from proxy.app import create_app\n"
+        "from proxy.config import load_settings\n"
+        "for n in range(3):\n"
+        "    env = {'CONTEXT_PROXY_UPSTREAM_TRANSPORT': 'reqwest',\n"
+        "           'CONTEXT_PROXY_STORE_PATH': sys.argv[1] + f'/{n}.db'}\n"
+        "    with TestClient(create_app(load_settings(env=env))) as client:\n"
+        "        print(n, client.get('/healthz').status_code, flush=True)\n"
+        "    gc.collect()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["0", "200", "1", "200", "2", "200"]

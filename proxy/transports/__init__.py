@@ -115,6 +115,15 @@ def has_reqwest() -> bool:
     return importlib.util.find_spec("pyreqwest") is not None
 
 
+# pyreqwest is imported with this module, on the importing thread (the main one
+# however the proxy is started), not when the first transport is made: imported
+# first on a thread that then ends (a TestClient's portal, a server thread of an
+# app that embeds the proxy), it crashes the process the next time a client is
+# built on another thread.
+if has_reqwest():
+    importlib.import_module("pyreqwest.client")
+
+
 def trusted() -> ssl.SSLContext:
     """certifi's roots (as httpx itself verifies) and the system's, as pyreqwest trusts them.
 
