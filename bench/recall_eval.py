@@ -47,6 +47,7 @@ from proxy.mock.embeddings import embedding_of
 from proxy.settings import Settings
 from proxy.tokens import offline_counter
 
+from .recall_other import chats
 from .recall_set import VARIANTS, Conversation, Question, dev_set
 
 MODEL = "recall-eval"
@@ -300,6 +301,16 @@ def _plain_top(messages: Sequence[dict[str, str]], question: str, k: int) -> lis
     return [body for (body,) in rows]
 
 
+def other_set(count: int = 6, seed: int = 0) -> list[Conversation]:
+    """The set written apart from the recall rules (`bench.recall_other`)."""
+    return [
+        Conversation(
+            c.messages, [Question(q.text, q.evidence, tuple(q.answer)) for q in c.questions]
+        )
+        for c in chats(count, seed)
+    ]
+
+
 def load(path: str) -> list[Conversation]:
     out: list[Conversation] = []
     with open(path, encoding="utf-8") as fh:
@@ -333,6 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     for variant, made in VARIANTS.items() if not args.file else ():
         changed = [made(seed) for seed in range(len(conversations))]
         print(evaluate(changed, f"... {variant}", window=args.window).line())
+    if not args.file:
+        # Written without reading the recall rules: how far they generalise.
+        apart = other_set()
+        print(evaluate(apart, "set written apart: window", recall=False).line())
+        plain = evaluate(apart, "... plain BM25 top-5", recall=False, plain=True)
+        print(plain.line())
+        print(evaluate(apart, "... lexical recall, k=5").line())
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.

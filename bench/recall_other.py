@@ -285,17 +285,21 @@ def conversation(rng: random.Random) -> Chat:
     return chat
 
 
+def chats(count: int = 6, seed: int = 0) -> list[Chat]:
+    """`count` conversations, the same for the same `seed`."""
+    rng = random.Random(seed)
+    return [conversation(rng) for _ in range(count)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.recall_other", description=__doc__)
     parser.add_argument("out", help="where to write the conversations, one JSON a line")
     parser.add_argument("--count", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
     tally: Counter[str] = Counter()
     with open(args.out, "w", encoding="utf-8") as fh:
-        for _ in range(args.count):
-            chat = conversation(rng)
+        for chat in chats(args.count, args.seed):
             tally.update(q.category for q in chat.questions)
             row: dict[str, Any] = {
                 "messages": chat.messages,

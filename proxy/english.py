@@ -163,13 +163,36 @@ def asks(text: str) -> bool:
         return True
     if len(text) > 2 * ASKS_READ:
         text = f"{text[:ASKS_READ]}\n{text[-ASKS_READ:]}"
+    return any(_asks(sentence.group()) for sentence in SENTENCE.finditer(text))
+
+
+def asking(text: str) -> tuple[str, str]:
+    """What a turn asks and what it says: its sentences that read as asking (as `asks`
+    reads them), and the others, each joined by spaces.
+
+    A long turn (a pasted document) is read for its asking at its opening and its end;
+    its middle is what it says.
+    """
+    if len(text) > 2 * ASKS_READ:
+        head, tail = asking(text[:ASKS_READ]), asking(text[-ASKS_READ:])
+        middle = text[ASKS_READ:-ASKS_READ]
+        return f"{head[0]} {tail[0]}".strip(), f"{head[1]} {middle} {tail[1]}".strip()
+    asked: list[str] = []
+    said: list[str] = []
     for sentence in SENTENCE.finditer(text):
-        said = _DID.sub(r"\1 did", sentence.group())
-        if any(w in _RECALLING for w in _LETTERS.findall(said.lower())):
-            return True
-        if any(_opens_asking(clause) for clause in _CLAUSES.split(said)[:3]):
-            return True
-    return False
+        part = sentence.group().strip()
+        if part:
+            (asked if _asks(part) else said).append(part)
+    return " ".join(asked), " ".join(said)
+
+
+def _asks(sentence: str) -> bool:
+    if "?" in sentence:
+        return True
+    said = _DID.sub(r"\1 did", sentence)
+    if any(w in _RECALLING for w in _LETTERS.findall(said.lower())):
+        return True
+    return any(_opens_asking(clause) for clause in _CLAUSES.split(said)[:3])
 
 
 def acknowledges(text: str) -> bool:

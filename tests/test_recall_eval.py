@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.recall_eval import _reached, evaluate, load
+from bench.recall_eval import _reached, evaluate, load, other_set
 from bench.recall_set import FACTS, THEMES, VARIANTS, conversation, dev_set
 
 pytestmark = pytest.mark.integration
@@ -52,9 +52,11 @@ def test_recall_brings_back_evidence_the_window_lost_within_the_token_goal() -> 
     assert window.found_share <= 0.10
     assert recall.found_share >= 0.65, recall.line()
     assert recall.tokens_share <= 0.12, recall.line()
-    # Half the unanswerable questions still get a block, mostly a relative's news for a
-    # question about another relative ("How many cousins?" and a cousin's move).
-    assert recall.false_recalls <= 2, recall.line()
+    # Most unanswerable questions still get a block: a word of theirs said once or twice
+    # is enough ("How many cousins?" brings back a cousin's move, "first job" a first
+    # marathon). Requiring half the question's weight as well lost a third of the set
+    # written apart from the rules (below).
+    assert recall.false_recalls <= 4, recall.line()
 
 
 def test_a_conversation_met_with_its_whole_history_recalls_from_that_history() -> None:
@@ -66,7 +68,7 @@ def test_a_conversation_met_with_its_whole_history_recalls_from_that_history() -
     assert window.found_share <= 0.05, window.line()
     assert met.found_share >= 0.65, met.line()
     assert met.tokens_share <= 0.12, met.line()
-    assert met.false_recalls <= 2, met.line()
+    assert met.false_recalls <= 4, met.line()
 
 
 @pytest.mark.parametrize("variant", ["nicknames", "speakers named", "talkative", "one role"])
@@ -102,12 +104,23 @@ def test_chat_in_everyday_words_gets_few_blocks_and_keeps_the_prefix_cache() -> 
     window = evaluate(conversations, "window only, varied small talk", recall=False)
     recall = evaluate(conversations, "lexical recall, varied small talk")
     assert recall.found_share >= 0.65, recall.line()
-    assert recall.false_recalls == 0, recall.line()
+    assert recall.false_recalls <= 2, recall.line()  # words said once or twice, as above
     assert recall.replayed == window.replayed == 900
     assert recall.fired_share <= 0.15, recall.line()
     assert recall.extended_share >= window.extended_share - 0.10, (window.line(), recall.line())
     # Where the reduction's cycle stands at the question decides most of the tokens.
     assert recall.tokens_share <= window.tokens_share + 0.02, (window.line(), recall.line())
+
+
+def test_a_set_written_apart_from_the_rules_finds_more_than_plain_bm25() -> None:
+    # `bench.recall_other` was written without reading the recall rules: friends whose
+    # questions word a fact in their own words ("Which shade is the bedroom now?" for
+    # "we painted the bedroom navy"), and whose chat asks each other things all along.
+    conversations = other_set(3)
+    plain = evaluate(conversations, "plain BM25, set written apart", recall=False, plain=True)
+    recall = evaluate(conversations, "lexical recall, set written apart")
+    assert recall.found_share >= plain.found_share + 0.10, (plain.line(), recall.line())
+    assert recall.tokens_share <= 0.12, recall.line()
 
 
 def test_hybrid_finds_what_either_search_does_and_recalls_falsely_only_where_one_does() -> None:

@@ -42,7 +42,9 @@ def test_a_passing_message_holds_a_specific_word_and_half_the_weight(
             if len(postings[a] & postings[b]) <= rare and not (a.isdigit() or b.isdigit())
         ]
         assert any(len(postings[w]) <= rare and not w.isdigit() for w in held) or (beyond and met)
-        assert sum(weights[w] for w in held) >= relevance.MATCHED_SHARE * weight
+        # Half the weight, or a word said in so few messages that it alone names the subject.
+        seldom = any(len(postings[w]) <= relevance.RARE_DOCS and not w.isdigit() for w in held)
+        assert seldom or sum(weights[w] for w in held) >= relevance.MATCHED_SHARE * weight
     assert len(set(passed)) == len(passed)
 
 
@@ -61,15 +63,27 @@ def test_a_message_with_every_word_passes_when_one_is_specific(
 def test_a_turn_that_asks_nothing_passes_what_a_question_would_that_holds_a_rarer_word(
     postings: dict[str, frozenset[int]], total: int
 ) -> None:
-    asked = relevance.passing(postings, total)
-    stated = relevance.passing(postings, total, asks=False)
+    asked = set(relevance.passing(postings, total))
+    stated = set(relevance.passing(postings, total, asks=False))
     rarer = {
         i
         for w, p in postings.items()
         if len(p) <= relevance.RARE_DOCS and not w.isdigit()
         for i in p
     }
-    assert sorted(stated) == sorted(i for i in asked if i in rarer)
+    # A question passes every message of a word said in so few; a statement only those
+    # of them that carry half the weight.
+    weights = {w: relevance.idf(total, len(p)) for w, p in postings.items() if p}
+    new = relevance.UNSEEN_SHARE * relevance.idf(total, 1)
+    weight = sum(weights.values()) + new * sum(1 for w, p in postings.items() if not p)
+    carrying = {
+        i
+        for i in rarer
+        if sum(weights[w] for w, p in postings.items() if i in p)
+        >= relevance.MATCHED_SHARE * weight
+    }
+    assert rarer <= asked
+    assert stated == carrying
 
 
 def test_a_statement_sharing_words_said_a_few_times_recalls_nothing() -> None:
@@ -241,14 +255,24 @@ def test_only_everyday_words_or_a_bare_number_pass_nothing() -> None:
 
 def test_new_words_count_at_half_the_weight_of_a_word_said_once() -> None:
     once, never = frozenset({3}), frozenset[int]()
-    # One old word said once holds up against two new ones, not against three.
-    assert relevance.passing({"passport": once, "lasagne": never, "renewal": never}, 100) == [3]
-    three_new = {"passport": once, "lasagne": never, "renewal": never, "visa": never}
-    assert relevance.passing(three_new, 100) == []
+    # In a statement, one old word said once holds up against two new ones, not three.
+    two_new = {"passport": once, "lasagne": never, "renewal": never}
+    assert relevance.passing(two_new, 100, asks=False) == [3]
+    three_new = {**two_new, "visa": never}
+    assert relevance.passing(three_new, 100, asks=False) == []
     # A word said twice carries less than one said once: one new word is its limit.
     twice = frozenset({3, 8})
-    assert sorted(relevance.passing({"museum": twice, "opera": never}, 100)) == [3, 8]
-    assert relevance.passing({"museum": twice, "opera": never, "ballet": never}, 100) == []
+    assert relevance.passing({"museum": twice, "opera": never}, 100, asks=False) == [3, 8]
+    assert relevance.passing({"museum": twice, "opera": never, "ballet": never}, 100) == [3, 8]
+    assert (
+        relevance.passing({"museum": twice, "opera": never, "ballet": never}, 100, asks=False) == []
+    )
+    # A question asks about what it names: however it is worded around it.
+    assert relevance.passing(three_new, 100) == [3]
+    # A word in 3 of 100 messages is specific to a question, but needs its share.
+    thrice = frozenset({3, 8, 11})
+    assert relevance.passing({"museum": thrice, "opera": never}, 100) == [3, 8, 11]
+    assert relevance.passing({"museum": thrice, "opera": never, "ballet": never}, 100) == []
 
 
 def test_a_verb_is_searched_in_all_its_forms_and_short_ones_count() -> None:
@@ -339,11 +363,11 @@ def test_a_word_is_scanned_as_holding_its_own_stem(word: str) -> None:
 
 def test_a_name_the_conversation_never_wrote_weighs_nothing() -> None:
     once, never = frozenset({3}), frozenset[int]()
-    # "paint" said once holds against two new words, not against three...
+    # In a statement, "paint" said once holds against two new words, not three...
     new = {"paint": once, "sunset": never, "canvas": never}
-    assert relevance.passing({**new, "easel": never}, 100) == []
+    assert relevance.passing({**new, "easel": never}, 100, asks=False) == []
     # ...but a name it calls otherwise ("Mel" for "Melanie") is no new word.
-    assert relevance.passing({**new, "Melanie": never}, 100) == [3]
+    assert relevance.passing({**new, "Melanie": never}, 100, asks=False) == [3]
     assert recall.terms("Did Melanie paint at Lake Tahoe?")[0] == ("Melanie",)
     assert recall.terms("Melanie?") == [("melanie",)]  # a capital that opens a sentence
 

@@ -703,10 +703,16 @@ async def test_search_has_a_relevance_floor(store: Store) -> None:
     # New words do not drown an old subject: a specific word seen before is enough.
     hits = await store.search(ALICE, ["passport", "lasagne", "renewal"], limit=5)
     assert [h.text for h in hits] == [PASSPORT]
-    # One specific word is enough when it carries half the weight: "passport" (said once)
-    # does, "rijksmuseum" (said twice, in the museum call and its result) does not.
+    # A word said in one or two messages is enough alone: "passport" (said once) and
+    # "rijksmuseum" (twice, in the museum call and its result) each bring theirs back.
     hits = await store.search(ALICE, ["passport", "rijksmuseum"], limit=5)
-    assert [h.text for h in hits] == [PASSPORT]
+    assert sorted(h.role for h in hits) == ["assistant", "tool result", "user"]
+    assert PASSPORT in [h.text for h in hits]
+    # A statement's words need their share: "rijksmuseum" alone does not carry
+    # "plan", "walk" and "district", said in most of the chat.
+    said = ["rijksmuseum", "plan", "walk", "district"]
+    assert await store.search(ALICE, said, limit=5, asks=False) == []
+    assert len(await store.search(ALICE, said, limit=5)) == 2
     assert await store.search(ALICE, [], limit=5) == []
     assert await store.search(ALICE, ["passport", "expires"], limit=0) == []
 
@@ -734,7 +740,7 @@ def test_messages_no_store_holds_are_searched_as_their_archive_will_be(
         finally:
             await store.close()
 
-    assert search_messages(commit.working, words, limit, asks=asks) == asyncio.run(archived())
+    assert search_messages(commit.working, [(words, asks)], limit) == [asyncio.run(archived())]
 
 
 def chat_between_friends() -> list[Message]:
@@ -777,11 +783,14 @@ async def test_a_word_given_with_its_forms_matches_any_and_weighs_as_one(store: 
     see = ("see", "saw", "seen")
     (hit,) = await store.search(ALICE, [see, "hike"], limit=5)
     assert hit.text == messages[5]["content"]
-    # Without its past form "see" is a word the chat never used, and the hike alone
-    # does not carry half the weight of a question with three new words.
-    assert await store.search(ALICE, ["see", "hike", "forest", "river"], limit=5) == []
-    (hit,) = await store.search(ALICE, [see, "hike", "forest", "river"], limit=5)
+    # Without its past form "see" is a word the chat never used, and in a statement the
+    # hike alone does not carry half the weight of words three of which are new.
+    said = ["see", "hike", "forest", "river"]
+    assert await store.search(ALICE, said, limit=5, asks=False) == []
+    (hit,) = await store.search(ALICE, [see, *said[1:]], limit=5, asks=False)
     assert hit.text == messages[5]["content"]
+    # A question needs no share: the hike, said once, is what it asks about.
+    assert [h.text for h in await store.search(ALICE, said, limit=5)] == [hit.text]
     # One word whatever its case, its forms merged.
     again = await store.search(ALICE, ["see", "Hike", see, "hike", "forest", "river"], limit=5)
     assert [h.text for h in again] == [hit.text]

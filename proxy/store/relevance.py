@@ -22,15 +22,19 @@ still a match. The floor asks more of a hit than a score:
 - Of the rest, the specific words (in at most 2 messages or 5 % of the
   conversation, and not bare numbers) decide: a hit must contain one of them,
   and its matched words must carry at least half of the question's IDF
-  weight. A question asking beyond its subject (with a word the conversation
-  never used) may instead have two of its words meet in a hit, when they meet
-  as seldom: a running interest's word and a verb, each said every session,
-  said together once. A question that shares only the conversation's everyday words finds
-  nothing, nor does one that shares only a number ("day 50" against "budget 50
-  euros").
-- A turn that asks nothing (a statement, or a request that reads as neither
-  a question nor one to recall: `proxy.english.asks`) is searched as a
-  question is, but only the words in at most 2 messages are specific. Chat
+  weight, unless the word is in at most 2 messages: a word said once or twice
+  and asked about is what the question is about, however many words it
+  frames it with that the conversation never used ("What shade is the bedroom
+  at Dev's place now?" for "we painted the bedroom navy"). A question asking
+  beyond its subject (with a word the conversation never used) may instead
+  have two of its words meet in a hit, when they meet as seldom: a running
+  interest's word and a verb, each said every session, said together once. A
+  question that shares only the conversation's everyday words finds nothing,
+  nor does one that shares only a number ("day 50" against "budget 50 euros").
+- What a turn says rather than asks (a statement, or the sentences of a turn
+  that read as neither a question nor a request to recall:
+  `proxy.english.asking`) is searched as a question is, but only the words in
+  at most 2 messages are specific, and they need their share. Chat
   turns share everyday words with much of what was said before ("the garden
   near my aunt's house"); a recall block for each of them costs tokens and
   the provider's prompt cache every turn, for quotes the turn did not ask
@@ -123,7 +127,13 @@ def passing(postings: Mapping[str, Set[int]], total: int, *, asks: bool = True) 
         for i in ids:
             carried[i] += weights[w]
     has_specific = set().union(*(seen[w] for w in specific)) | together
-    return [i for i in has_specific if carried[i] >= MATCHED_SHARE * weight]
+    passed = {i for i in has_specific if carried[i] >= MATCHED_SHARE * weight}
+    # A word said in one or two messages and asked about names what the question is
+    # about, however the question words the rest ("Which shade is the bedroom now?"
+    # for "we painted the bedroom navy"): its messages need no share of the weight.
+    if asks:
+        passed.update(*(seen[w] for w in specific if len(seen[w]) <= RARE_DOCS))
+    return sorted(passed)
 
 
 def _met(seen: Mapping[str, Set[int]], rare: float) -> set[int]:

@@ -337,21 +337,23 @@ def _seqs_within(db: sqlite3.Connection, conv: int, within: Set[str]) -> set[int
 
 def search_messages(
     messages: Sequence[Message],
-    words: Sequence[str | tuple[str, ...]],
+    queries: Sequence[tuple[Sequence[str | tuple[str, ...]], bool]],
     limit: int,
     *,
-    asks: bool = True,
     forwarded: Set[str] = frozenset(),
-) -> list[SearchHit]:
-    """`search` over messages no store holds yet, as it would run once they are archived.
+) -> list[list[SearchHit]]:
+    """`search` over messages no store holds yet, as it would run once they are archived:
+    the hits of each of the `queries` (words, and whether they ask something).
 
-    The index is built for the one search and thrown away (blocking: run it off the loop).
+    The index is built for these searches and thrown away (blocking: run it off the loop).
     """
     db = sqlite3.connect(":memory:", isolation_level=None)
     try:
         create(db)
         add(db, 1, [(seq, "", message) for seq, message in enumerate(messages)])
-        return search(db, 1, words, limit, asks=asks, forwarded=forwarded)
+        return [
+            search(db, 1, words, limit, asks=asks, forwarded=forwarded) for words, asks in queries
+        ]
     except sqlite3.Error as exc:
         raise StoreError(f"search index: {exc}") from exc
     finally:

@@ -250,8 +250,7 @@ async def _ranked(
     unjudged: frozenset[int] = frozenset()
     searched_own = False
     if method != "embeddings":
-        terms, asks = recall.terms(question), english.asks(question)
-        searched = Searched(terms, limit, asks, forwarded, within)
+        searched = Searched.of(question, limit, forwarded, within)
         lexical, searched_own = await _lexical(ctx, key, searched, own)
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
@@ -313,32 +312,62 @@ def _own(
     return turn.history[:at], turn.continues
 
 
+Terms = Sequence[str | tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class Searched:
-    """What a lexical search asks: the `terms` (of a turn that `asks` something or not),
-    how many hits, the texts the model reads already (no replies looked up), and the
-    branch of the archive searched (`within`, chain hashes; None: all of it)."""
+    """What a lexical search asks: the `queries` (a turn's terms, and whether they ask
+    something), how many hits, the texts the model reads already (no replies looked up),
+    and the branch of the archive searched (`within`, chain hashes; None: all of it).
 
-    terms: Sequence[str | tuple[str, ...]]
+    Its hits are those of each query in turn, the first query's first."""
+
+    queries: Sequence[tuple[Terms, bool]]
     limit: int
-    asks: bool
     forwarded: frozenset[str]
     within: frozenset[str] | None = None
 
+    @classmethod
+    def of(
+        cls, turn: str, limit: int, forwarded: frozenset[str], within: frozenset[str] | None
+    ) -> Searched:
+        """A turn's search: what it asks as a question, what it says as a statement.
+
+        A chat turn often tells something and then asks the other side ("I started
+        a detective series. What about you?"). Searched whole at a question's floor,
+        the words of what it tells brought back whatever else said them, a block on
+        a turn that asked for none; searched as a statement, they still bring back
+        what only they name.
+        """
+        asked, said = english.asking(turn)
+        queries = [(recall.terms(asked), True), (recall.terms(said), False)]
+        return cls([(terms, asks) for terms, asks in queries if terms], limit, forwarded, within)
+
     async def in_store(self, ctx: AppContext, key: ConvKey) -> list[SearchHit]:
-        return await ctx.store.search(
-            key,
-            self.terms,
-            limit=self.limit,
-            asks=self.asks,
-            forwarded=self.forwarded,
-            within=self.within,
-        )
+        found = [
+            await ctx.store.search(
+                key,
+                terms,
+                limit=self.limit,
+                asks=asks,
+                forwarded=self.forwarded,
+                within=self.within,
+            )
+            for terms, asks in self.queries
+        ]
+        return self._merged(found)
 
     def in_history(self, history: Sequence[Message]) -> list[SearchHit]:
-        return search_messages(
-            history, self.terms, self.limit, asks=self.asks, forwarded=self.forwarded
-        )
+        found = search_messages(history, self.queries, self.limit, forwarded=self.forwarded)
+        return self._merged(found)
+
+    def _merged(self, found: Sequence[Sequence[SearchHit]]) -> list[SearchHit]:
+        hits: dict[tuple[int, str], SearchHit] = {}
+        for each in found:
+            for hit in each:
+                hits.setdefault((hit.seq, hit.text), hit)
+        return list(hits.values())[: self.limit]
 
 
 async def _lexical(
