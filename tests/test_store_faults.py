@@ -11,19 +11,23 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
 
 CHAT = "/v1/chat/completions"
+ADMIN = "admin-token-for-tests"
 HEADERS = {"Authorization": "Bearer sk-faults", "X-Conversation-Id": "kept"}
 
 
@@ -185,3 +189,69 @@ def test_a_fatal_signal_leaves_a_traceback_on_stderr(tmp_path: Path) -> None:
     _, err = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGBUS
     assert b"Fatal Python error: Bus error" in err, err[-2000:]
+
+
+@contextlib.contextmanager
+def served(db: Path) -> Iterator[tuple[openai.OpenAI, str]]:
+    """The real server on a SQLite file at `db`, before the mock upstream; an SDK client."""
+    from .servers import run_server, serve_proxy
+
+    with (
+        run_server(MockUpstream().app) as upstream,
+        serve_proxy(upstream + "/v1", db, auth_admin_token=ADMIN) as url,
+    ):
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-faults", max_retries=0)
+        yield api.with_options(default_headers={"X-Conversation-Id": "kept"}), url
+
+
+def said(api: openai.OpenAI, history: list[dict[str, Any]], text: str) -> str:
+    """One turn of `history` with `text` said: the turn's X-Context-Reduction."""
+    history.append({"role": "user", "content": text})
+    raw = api.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
+    history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+    return raw.headers["x-context-reduction"]
+
+
+def archived(url: str) -> list[str]:
+    found = httpx.get(
+        f"{url}/admin/conversations/kept",
+        params={"tenant": tenant_of("sk-faults")},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    return [m["content"] for m in found.json()["archive"] if m["role"] == "user"]
+
+
+def test_turns_a_full_disk_cannot_keep_say_stateless_and_the_store_loses_nothing(
+    small_disk: Path,
+) -> None:
+    history: list[dict[str, Any]] = []
+    with served(small_disk / "store.db") as (api, url):
+        kinds = [said(api, history, "first"), said(api, history, "second")]
+        filler = fill(small_disk)
+        kinds.append(said(api, history, "big " * 20_000))  # answered; its write fails
+        kinds.append(said(api, history, "on a full disk"))
+        filler.unlink()
+        kinds.append(said(api, history, "room again"))  # its write succeeds
+        kinds.append(said(api, history, "kept again"))
+        kept = archived(url)
+
+    assert kinds[:2] == ["none", "none"]
+    assert "stateless" in kinds[3]  # after the failed write, until one succeeds
+    assert kinds[5] == "none"
+    assert kept[:2] == ["first", "second"] and kept[-2:] == ["room again", "kept again"]
+
+
+def test_turns_after_the_store_file_is_deleted_say_stateless(tmp_path: Path) -> None:
+    history: list[dict[str, Any]] = []
+    with served(tmp_path / "store.db") as (api, _):
+        assert said(api, history, "first") == "none"
+        for path in tmp_path.glob("store.db*"):
+            path.unlink()
+        # The file is looked at off the turns, within a second of a write.
+        deadline = time.monotonic() + 30
+        kinds = [said(api, history, "after")]
+        while "stateless" not in kinds[-1] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            kinds.append(said(api, history, "after"))
+
+    assert "stateless" in kinds[-1]

@@ -134,6 +134,7 @@ class RedisStore(Searchable):
         self._commit = self._redis.register_script(_COMMIT)
         self._chain = self._redis.register_script(_CHAIN)
         self._search = ArchiveSearch()
+        self._commit_error: str | None = None  # why the last commit failed (out of memory, say)
 
     def _keys(self, key: ConvKey) -> list[str]:
         base = f"{self._prefix}:c:{key.tenant}:{key.conversation}"
@@ -173,9 +174,12 @@ class RedisStore(Searchable):
         except ResponseError as exc:
             if "CONFLICT" in str(exc):
                 raise Conflict(f"{turn.key.conversation} moved on") from exc
+            self._commit_error = str(exc)
             raise StoreError(f"Redis: {exc}") from exc
         except RedisError as exc:
+            self._commit_error = str(exc)
             raise StoreError(f"Redis: {exc}") from exc
+        self._commit_error = None
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         try:
@@ -388,13 +392,19 @@ class RedisStore(Searchable):
         return summaries
 
     def problem(self) -> str | None:
-        return None
+        return None if self._commit_error is None else f"writes fail: {self._commit_error}"
+
+    def failing(self) -> bool:
+        return self._commit_error is not None
 
     async def ping(self) -> None:
         try:
             await cast(Any, self._redis.ping())
         except (RedisError, OSError) as exc:
             raise StoreError(f"Redis unreachable: {exc}") from exc
+        problem = self.problem()
+        if problem is not None:  # Redis answers, and refuses turns (out of memory, say)
+            raise StoreError(problem)
 
     async def close(self) -> None:
         self._search.close()

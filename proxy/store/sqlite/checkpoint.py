@@ -14,6 +14,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger("context_proxy.store")
@@ -40,13 +41,17 @@ class Checkpointer:
     """Checkpoints of one database file, on a thread of its own.
 
     The writer calls `after_write` once a group of turns is committed; the
-    thread waits for enough pages or a second, then checkpoints. Only the
+    thread waits for enough pages or a second, then checkpoints, then runs
+    `after` (the store looks at its file there, off the event loop). Only the
     thread touches its connection; the counters are plain attributes, read
     and written under the GIL.
     """
 
-    def __init__(self, path: str, busy_timeout_s: float) -> None:
+    def __init__(
+        self, path: str, busy_timeout_s: float, after: Callable[[], None] = lambda: None
+    ) -> None:
         self.path = path
+        self._after = after
         self._busy_timeout_s = busy_timeout_s
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="store-sqlite-checkpoint"
@@ -110,6 +115,7 @@ class Checkpointer:
         finally:
             self._last = time.monotonic()
             self._pending = False
+        self._after()
 
     async def close(self) -> None:
         """Run a waiting checkpoint now, then close the connection and the thread."""
