@@ -66,7 +66,12 @@ def create_app(
         client = create_client(settings.upstream, transport)
         s = settings.store
         the_store = store or open_store(
-            s.backend, path=s.path, url=s.url, ttl_s=s.ttl_s, max_conversations=s.max_conversations
+            s.backend,
+            path=s.path,
+            url=s.url,
+            ttl_s=s.ttl_s,
+            max_conversations=s.max_conversations,
+            backoff_s=s.backoff_s,
         )
         r = settings.reduction
         summarizer_model = r.summarizer_model

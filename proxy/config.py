@@ -214,6 +214,7 @@ def _validate(s: Settings) -> None:
         "must be memory, sqlite or redis",
     )
     check(s.store.ttl_s > 0, "store.ttl_s", "must be positive")
+    check(s.store.backoff_s >= 0, "store.backoff_s", "must not be negative")
     check(
         s.store.backend != "redis" or s.store.url.startswith(REDIS_SCHEMES),
         "store.url",

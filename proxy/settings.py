@@ -103,6 +103,13 @@ class StoreSettings:
     url: str = _doc("Redis URL.", default="redis://127.0.0.1:6379/0")
     ttl_s: int = _doc("Idle conversations expire after this many seconds.", default=2_592_000)
     max_conversations: int = _doc("Bound of the memory backend.", default=10_000)
+    backoff_s: float = _doc(
+        "Redis: after a call times out, Redis is skipped for this long (turns are served "
+        "stateless, append turns get 503), then tried again, so a Redis that hangs costs one "
+        "timeout (redis-py's socket timeout, 5 s unless store.url sets socket_timeout) per "
+        "interval instead of one per request.",
+        default=30.0,
+    )
 
 
 @dataclass(frozen=True)

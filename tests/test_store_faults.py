@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -179,7 +180,6 @@ def test_an_unwritable_shared_memory_file_stops_the_start_with_one_line(tmp_path
 
 def test_a_fatal_signal_leaves_a_traceback_on_stderr(tmp_path: Path) -> None:
     """SQLite's memory-mapped files can raise SIGBUS; the process must not die silently."""
-    import signal
 
     from .servers import free_port, proxy_process
 
@@ -255,3 +255,98 @@ def test_turns_after_the_store_file_is_deleted_say_stateless(tmp_path: Path) -> 
             kinds.append(said(api, history, "after"))
 
     assert "stateless" in kinds[-1]
+
+
+@pytest.fixture
+def stoppable_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server of the test's own, to SIGSTOP: its URL (a half-second socket timeout)."""
+    import shutil
+    import socket
+
+    from .servers import free_port
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
+                break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0?socket_timeout=0.5", server
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_a_hung_redis_costs_one_timeout_not_one_a_request(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    from .servers import run_server
+
+    url, redis_server = stoppable_redis
+    settings = {"STORE_BACKEND": "redis", "STORE_URL": url, "STORE_BACKOFF_S": "600"}
+    with (
+        run_server(MockUpstream().app) as upstream,
+        run_server(
+            create_app(
+                load_settings(
+                    env={
+                        "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream + "/v1",
+                        **{f"CONTEXT_PROXY_{k}": v for k, v in settings.items()},
+                    }
+                )
+            )
+        ) as proxy_url,
+    ):
+        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-hang", max_retries=0)
+        api = api.with_options(default_headers={"X-Conversation-Id": "hung"})
+        history: list[dict[str, Any]] = []
+        assert said(api, history, "before") == "none"
+        redis_server.send_signal(signal.SIGSTOP)
+        kinds = [said(api, history, f"hung {i}") for i in range(4)]
+        health = httpx.get(proxy_url + "/healthz")
+        redis_server.send_signal(signal.SIGCONT)
+
+    waits = [r for r in caplog.records if "Timeout reading" in r.getMessage()]
+    assert all("stateless" in kind for kind in kinds)
+    assert len(waits) == 1, [r.getMessage() for r in waits]
+    assert health.status_code == 503
+
+
+def test_redis_is_tried_again_after_the_backoff(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import asyncio
+
+    from proxy.store import ConvKey, StoreError, open_store
+
+    from .factories import Clock
+
+    url, redis_server = stoppable_redis
+    clock = Clock()
+    store = open_store("redis", url=url, now=clock, backoff_s=30)
+    key = ConvKey("t", "c")
+
+    async def tries() -> list[str]:
+        said: list[str] = []
+        for step in ("stop", "again", "cont", "later"):
+            if step == "stop":
+                redis_server.send_signal(signal.SIGSTOP)
+            if step == "cont":
+                redis_server.send_signal(signal.SIGCONT)
+            if step == "later":
+                clock.advance(31)
+            try:
+                await store.latest(key)
+                said.append("answered")
+            except StoreError as exc:
+                said.append("skipped" if "skipped" in str(exc) else "waited")
+        await store.close()
+        return said
+
+    assert asyncio.run(tries()) == ["waited", "skipped", "skipped", "answered"]
