@@ -43,6 +43,11 @@ class ServerSettings:
         "limit). Keep it below the process's open-file limit.",
         default=900,
     )
+    shutdown_timeout_s: float = _doc(
+        "On SIGTERM or Ctrl-C, requests under way (streamed answers included) get this "
+        "long to finish; then they are cut, unstored, and the process exits.",
+        default=30.0,
+    )
     log_level: str = _doc("debug | info | warning | error.", default="info")
     log_format: str = _doc("text (human-readable) | json (one object per line).", default="text")
     workers: int = _doc(
