@@ -161,7 +161,7 @@ def anthropic_route(settings: Settings) -> AnthropicRoute:
 async def proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     # After a body that never arrived, the connection is in an unknown state: close it.
-    headers = {"connection": "close"} if exc.status == 408 else None
+    headers = {**exc.headers, "connection": "close"} if exc.status == 408 else exc.headers
     body = exc.body(anthropic=speaks_anthropic(request))
     return Response(body, status_code=exc.status, media_type=JSON, headers=headers)
 

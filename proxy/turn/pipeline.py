@@ -129,17 +129,19 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         try:
             response = await send(ctx, url, content, headers, events=streaming)
         except UpstreamError as exc:  # no answer came: the line has the status the client gets
-            access_log(outcome, mode, strategy, exc.status, started)
+            access_log(wire, outcome, mode, strategy, exc.status, started)
             raise
         ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
         )
-    except BaseException:
+    except BaseException as exc:
         if lock is not None:
             lock.release()
+        if isinstance(exc, ProxyError):  # the proxy's own answer names the conversation too
+            exc.headers["x-conversation-id"] = key.conversation
         raise
     release = lock.release if lock is not None else _noop
-    access_log(outcome, mode, strategy, response.status_code, started)
+    access_log(wire, outcome, mode, strategy, response.status_code, started)
     limit = ctx.settings.upstream.max_answer_bytes
     if streaming and response.status_code == 200:  # relay, committing at the end
         return StreamingResponse(
@@ -367,16 +369,19 @@ def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
         )
 
 
-def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
-    """One line per request: ids, reduction and sizes, never content or keys.
+def access_log(
+    wire: Wire, outcome: Outcome, mode: str, strategy: str, status: int, started: float
+) -> None:
+    """One line per request: its route, ids, reduction and sizes, never content or keys.
 
     `status` is the upstream's, or the proxy's own 502 or 504 when none answered.
     """
     if not access.isEnabledFor(logging.INFO):
         return
     access.info(
-        "chat conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
+        "%s conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
         "upstream_status=%d ms=%.1f",
+        wire.upstream_path,  # the proxy's route is the upstream's path
         outcome.key.conversation,
         mode,
         strategy,
@@ -386,6 +391,7 @@ def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started:
         status,
         (time.perf_counter() - started) * 1000,
         extra={
+            "route": wire.upstream_path,
             "conversation": outcome.key.conversation,
             "mode": mode,
             "strategy": strategy,
