@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import functools
@@ -139,7 +140,11 @@ def create_app(
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestMetrics, metrics=metrics), Middleware(DateHeader)],
+        middleware=[
+            Middleware(RequestMetrics, metrics=metrics),
+            Middleware(DateHeader),
+            Middleware(CutAtShutdown),
+        ],
         exception_handlers={
             ProxyError: proxy_error,
             ClientDisconnect: client_gone,
@@ -223,6 +228,44 @@ class DateHeader:
             self._second = second
             self._value = email.utils.formatdate(second, usegmt=True).encode()
         return self._value
+
+
+class CutAtShutdown:
+    """Pure ASGI middleware: a request the server cuts when it stops gets a 503 in its shape.
+
+    Past `server.shutdown_timeout_s`, uvicorn cancels the requests still under
+    way, and answers those that had no answer yet with a plain-text 500; the
+    client's SDK can tell a 503 is worth retrying, elsewhere. An answer already
+    streaming is cut as it is.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if started:
+                raise
+            log.warning("request to %s cut: the server is stopping", scope["path"])
+            error = ProxyError(
+                503, "The proxy is stopping; retry the request.", type="server_error"
+            )
+            body = error.body(anthropic=speaks_anthropic(Request(scope)))
+            headers = [(b"content-type", JSON.encode()), (b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
 
 
 async def passthrough(request: Request) -> Response:

@@ -45,7 +45,8 @@ class ServerSettings:
     )
     shutdown_timeout_s: float = _doc(
         "On SIGTERM or Ctrl-C, requests under way (streamed answers included) get this "
-        "long to finish; then they are cut, unstored, and the process exits.",
+        "long to finish; then they are cut, unstored (one without an answer yet gets 503), "
+        "and the process exits.",
         default=30.0,
     )
     log_level: str = _doc("debug | info | warning | error.", default="info")
