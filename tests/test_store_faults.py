@@ -283,25 +283,25 @@ def stoppable_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         server.wait(timeout=10)
 
 
+def redis_proxy(upstream: str, url: str, **env: str) -> contextlib.AbstractContextManager[str]:
+    """The real server on Redis at `url`, before the mock upstream at `upstream`."""
+    from .servers import run_server
+
+    env = {"STORE_BACKEND": "redis", "STORE_URL": url, "AUTH_ADMIN_TOKEN": ADMIN, **env}
+    variables = {f"CONTEXT_PROXY_{k}": v for k, v in env.items()}
+    variables["CONTEXT_PROXY_UPSTREAM_BASE_URL"] = upstream + "/v1"
+    return run_server(create_app(load_settings(env=variables)))
+
+
 def test_a_hung_redis_costs_one_timeout_not_one_a_request(
     stoppable_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
 ) -> None:
     from .servers import run_server
 
     url, redis_server = stoppable_redis
-    settings = {"STORE_BACKEND": "redis", "STORE_URL": url, "STORE_BACKOFF_S": "600"}
     with (
         run_server(MockUpstream().app) as upstream,
-        run_server(
-            create_app(
-                load_settings(
-                    env={
-                        "CONTEXT_PROXY_UPSTREAM_BASE_URL": upstream + "/v1",
-                        **{f"CONTEXT_PROXY_{k}": v for k, v in settings.items()},
-                    }
-                )
-            )
-        ) as proxy_url,
+        redis_proxy(upstream, url, STORE_BACKOFF_S="600") as proxy_url,
     ):
         api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-hang", max_retries=0)
         api = api.with_options(default_headers={"X-Conversation-Id": "hung"})
@@ -350,3 +350,34 @@ def test_redis_is_tried_again_after_the_backoff(
         return said
 
     assert asyncio.run(tries()) == ["waited", "skipped", "skipped", "answered"]
+
+
+def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import redis
+
+    from .servers import run_server
+
+    url, _ = stoppable_redis
+    admin = redis.Redis.from_url(url)
+    history: list[dict[str, Any]] = []
+    with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
+        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
+        api = api.with_options(default_headers={"X-Conversation-Id": "kept"})
+        kinds = [said(api, history, "first")]
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        kinds.append(said(api, history, "answered, not kept"))
+        kinds.append(said(api, history, "on a full Redis"))
+        full = httpx.get(proxy_url + "/healthz")
+        admin.config_set("maxmemory", 0)
+        kinds.append(said(api, history, "room again"))
+        kinds.append(said(api, history, "kept again"))
+        kept = archived(proxy_url)
+    admin.close()
+
+    assert kinds[:2] == ["none", "none"]
+    assert "stateless" in kinds[2]
+    assert full.status_code == 503 and "writes fail" in full.json()["problem"]
+    assert kinds[4] == "none"
+    assert kept[0] == "first" and kept[-1] == "kept again"
