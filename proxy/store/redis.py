@@ -154,7 +154,8 @@ class RedisStore(Searchable):
         timeout, calls fail at once for `backoff_s`, then the next one tries.
         """
         if self._now() < self._skip_until:
-            raise StoreError(f"Redis timed out; skipped until {self._skip_until:.0f}")
+            left = self._skip_until - self._now()
+            raise StoreError(f"Redis timed out; skipped for {left:.0f} s more")
         try:
             yield
         except RedisTimeoutError as exc:
