@@ -255,6 +255,7 @@ def test_turns_after_the_store_file_is_deleted_say_stateless(tmp_path: Path) -> 
             kinds.append(said(api, history, "after"))
 
     assert "stateless" in kinds[-1]
+    assert not list(tmp_path.glob("store.db*"))  # nothing made a new, empty file there
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 log = logging.getLogger("context_proxy.store")
 
@@ -94,9 +95,10 @@ class Checkpointer:
             self._wake.clear()
         self._unchecked_pages = 0
         try:
-            if self._db is None:
+            if self._db is None:  # opened, never created: a file deleted meanwhile stays gone
+                uri = f"{Path(self.path).resolve().as_uri()}?mode=rw"
                 self._db = sqlite3.connect(
-                    self.path, timeout=self._busy_timeout_s, isolation_level=None
+                    uri, uri=True, timeout=self._busy_timeout_s, isolation_level=None
                 )
             db = self._db
             ((_, frames, _),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
