@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import functools
@@ -66,7 +67,12 @@ def create_app(
         client = create_client(settings.upstream, transport)
         s = settings.store
         the_store = store or open_store(
-            s.backend, path=s.path, url=s.url, ttl_s=s.ttl_s, max_conversations=s.max_conversations
+            s.backend,
+            path=s.path,
+            url=s.url,
+            ttl_s=s.ttl_s,
+            max_conversations=s.max_conversations,
+            backoff_s=s.backoff_s,
         )
         r = settings.reduction
         summarizer_model = r.summarizer_model
@@ -134,7 +140,11 @@ def create_app(
     return Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(RequestMetrics, metrics=metrics), Middleware(DateHeader)],
+        middleware=[
+            Middleware(RequestMetrics, metrics=metrics),
+            Middleware(DateHeader),
+            Middleware(CutAtShutdown),
+        ],
         exception_handlers={
             ProxyError: proxy_error,
             ClientDisconnect: client_gone,
@@ -156,7 +166,7 @@ def anthropic_route(settings: Settings) -> AnthropicRoute:
 async def proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     # After a body that never arrived, the connection is in an unknown state: close it.
-    headers = {"connection": "close"} if exc.status == 408 else None
+    headers = {**exc.headers, "connection": "close"} if exc.status == 408 else exc.headers
     body = exc.body(anthropic=speaks_anthropic(request))
     return Response(body, status_code=exc.status, media_type=JSON, headers=headers)
 
@@ -218,6 +228,44 @@ class DateHeader:
             self._second = second
             self._value = email.utils.formatdate(second, usegmt=True).encode()
         return self._value
+
+
+class CutAtShutdown:
+    """Pure ASGI middleware: a request the server cuts when it stops gets a 503 in its shape.
+
+    Past `server.shutdown_timeout_s`, uvicorn cancels the requests still under
+    way, and answers those that had no answer yet with a plain-text 500; the
+    client's SDK can tell a 503 is worth retrying, elsewhere. An answer already
+    streaming is cut as it is.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if started:
+                raise
+            log.warning("request to %s cut: the server is stopping", scope["path"])
+            error = ProxyError(
+                503, "The proxy is stopping; retry the request.", type="server_error"
+            )
+            body = error.body(anthropic=speaks_anthropic(Request(scope)))
+            headers = [(b"content-type", JSON.encode()), (b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
 
 
 async def passthrough(request: Request) -> Response:

@@ -213,6 +213,8 @@ def serve(settings: Settings, source: ServeSource | None = None) -> int:
         # A relayed answer carries the upstream's Date; the app dates its own.
         "date_header": False,
         "timeout_keep_alive": settings.server.keepalive_timeout_s,
+        # Unbounded, a stream the upstream keeps open would keep a stopped server running.
+        "timeout_graceful_shutdown": settings.server.shutdown_timeout_s,
         "limit_concurrency": settings.server.limit_concurrency or None,
     }
     workers = settings.server.workers

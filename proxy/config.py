@@ -180,6 +180,7 @@ def _validate(s: Settings) -> None:
     check(s.server.body_timeout_s > 0, "server.body_timeout_s", "must be positive")
     check(s.server.keepalive_timeout_s > 0, "server.keepalive_timeout_s", "must be positive")
     check(s.server.limit_concurrency >= 0, "server.limit_concurrency", "must not be negative")
+    check(s.server.shutdown_timeout_s >= 0, "server.shutdown_timeout_s", "must not be negative")
     check(s.upstream.max_answer_bytes > 0, "upstream.max_answer_bytes", "must be positive")
     check(
         s.auth.require_client_key in ("auto", "true", "false"),
@@ -214,6 +215,7 @@ def _validate(s: Settings) -> None:
         "must be memory, sqlite or redis",
     )
     check(s.store.ttl_s > 0, "store.ttl_s", "must be positive")
+    check(s.store.backoff_s >= 0, "store.backoff_s", "must not be negative")
     check(
         s.store.backend != "redis" or s.store.url.startswith(REDIS_SCHEMES),
         "store.url",

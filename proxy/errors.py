@@ -40,6 +40,7 @@ class ProxyError(Exception):
         # Anthropic's errors carry no code: where clients read the kind of error off its
         # message, the message says it in Anthropic's words.
         self.anthropic_message = anthropic_message
+        self.headers: dict[str, str] = {}  # sent with the error (the conversation's id, say)
 
     def body(self, anthropic: bool = False) -> bytes:
         if anthropic:

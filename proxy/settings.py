@@ -43,6 +43,12 @@ class ServerSettings:
         "limit). Keep it below the process's open-file limit.",
         default=900,
     )
+    shutdown_timeout_s: float = _doc(
+        "On SIGTERM or Ctrl-C, requests under way (streamed answers included) get this "
+        "long to finish; then they are cut, unstored (one without an answer yet gets 503), "
+        "and the process exits.",
+        default=30.0,
+    )
     log_level: str = _doc("debug | info | warning | error.", default="info")
     log_format: str = _doc("text (human-readable) | json (one object per line).", default="text")
     workers: int = _doc(
@@ -103,6 +109,13 @@ class StoreSettings:
     url: str = _doc("Redis URL.", default="redis://127.0.0.1:6379/0")
     ttl_s: int = _doc("Idle conversations expire after this many seconds.", default=2_592_000)
     max_conversations: int = _doc("Bound of the memory backend.", default=10_000)
+    backoff_s: float = _doc(
+        "Redis: after a call times out, Redis is skipped for this long (turns are served "
+        "stateless, append turns get 503), then tried again, so a Redis that hangs costs one "
+        "timeout (redis-py's socket timeout, 5 s unless store.url sets socket_timeout) per "
+        "interval instead of one per request.",
+        default=30.0,
+    )
 
 
 @dataclass(frozen=True)

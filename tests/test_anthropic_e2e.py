@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -181,6 +182,36 @@ def test_errors_are_in_anthropics_shape(fake: tuple[MockUpstream, str], tmp_path
         raw = httpx.post(url + "/v1/messages", content=b"{not json", headers={"x-api-key": "k"})
         assert raw.status_code == 400 and orjson.loads(raw.content)["type"] == "error"
     assert not upstream.records("/v1/messages")  # nothing bad went upstream
+
+
+def test_access_lines_name_the_route_and_proxy_errors_name_the_conversation(
+    fake: tuple[MockUpstream, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, upstream_url = fake
+    with caplog.at_level(logging.INFO, logger="context_proxy.access"):
+        with start_proxy(upstream_url, tmp_path / "p.db") as url:
+            App(url, **{"X-Conversation-Id": "routed"}).send("hello")
+            unknown = App(url, **{"X-Conversation-Id": "unknown", "X-Context-Mode": "append"})
+            with pytest.raises(anthropic.NotFoundError):
+                unknown.send("hello again")
+        with start_proxy("http://127.0.0.1:9", tmp_path / "q.db") as url:
+            api = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+            with pytest.raises(anthropic.APIStatusError) as down:
+                api.messages.create(
+                    model=MODEL,
+                    max_tokens=10,
+                    messages=[{"role": "user", "content": "hi"}],
+                    extra_headers={"X-Conversation-Id": "down"},
+                )
+    lines = [r for r in caplog.records if r.name == "context_proxy.access"]
+    assert [r.__dict__["route"] for r in lines] == ["/v1/messages"] * 3
+    assert lines[0].getMessage().startswith("/v1/messages conversation=routed ")
+    # A request the proxy refused has its line too, with the status the client got.
+    assert [r.__dict__["conversation"] for r in lines] == ["routed", "unknown", "down"]
+    assert [r.__dict__["upstream_status"] for r in lines] == [200, 404, 502]
+    assert down.value.status_code == 502
+    assert down.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    assert down.value.response.headers["x-conversation-id"] == "down"
 
 
 def test_a_history_that_cannot_fit_is_refused_in_anthropics_words(

@@ -367,3 +367,49 @@ def test_metrics_of_two_workers_count_every_request_whichever_worker_answers_the
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     assert not list(tmp_path.glob("context-proxy-metrics-*"))  # removed with the run
+
+
+def test_sigterm_stops_a_server_whose_upstream_holds_a_stream_open(
+    fake: tuple[MockUpstream, str],
+) -> None:
+    upstream, upstream_url = fake
+    upstream.chunk_delay_s = 3600  # the answer's chunks come an hour apart
+    port = free_port()
+    server = proxy_process(
+        port,
+        CONTEXT_PROXY_UPSTREAM_BASE_URL=upstream_url,
+        CONTEXT_PROXY_STORE_BACKEND="memory",
+        CONTEXT_PROXY_SERVER_SHUTDOWN_TIMEOUT_S="1",
+    )
+    api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-t", max_retries=0)
+    waiting: list[BaseException] = []
+
+    def wait_for_an_answer() -> None:
+        try:
+            api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "?"}])
+        except openai.APIError as exc:
+            waiting.append(exc)
+
+    try:
+        stream = api.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hold on"}], stream=True
+        )
+        first = next(iter(stream))  # the stream is open, the rest an hour away
+        upstream.slow_s = 3600  # and the next answer does not even start
+        asked = threading.Thread(target=wait_for_an_answer)
+        asked.start()
+        while len(upstream.chat_requests()) < 2:
+            time.sleep(0.01)
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=120)
+        asked.join(timeout=60)
+        with pytest.raises(openai.APIError):
+            list(stream)  # the stream was cut, not ended
+    finally:
+        server.kill()
+    assert first.choices[0].delta.role == "assistant"
+    assert code == -signal.SIGTERM  # uvicorn ends by raising the signal it was stopped by
+    # The request that had no answer yet is told to retry, in OpenAI's shape, not given a 500.
+    (cut,) = waiting
+    assert isinstance(cut, openai.APIStatusError) and cut.status_code == 503
+    assert cut.body["type"] == "server_error"  # type: ignore[index]

@@ -179,8 +179,13 @@ def test_errors_propagate(fake: tuple[MockUpstream, str], tmp_path: Path, transp
         assert server.value.status_code == 500
         upstream.slow_s = 2.0
         with pytest.raises(openai.APIStatusError) as slow:
-            api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+            api.chat.completions.create(
+                model="gpt-4o",
+                messages=[{"role": "user", "content": "x"}],
+                extra_headers={"X-Conversation-Id": "slow"},
+            )
         assert slow.value.status_code == 504
+        assert slow.value.response.headers["x-conversation-id"] == "slow"
         upstream.slow_s = 0.0
         models = api.models.list()
         assert models.data
@@ -191,6 +196,8 @@ def test_errors_propagate(fake: tuple[MockUpstream, str], tmp_path: Path, transp
         with pytest.raises(openai.APIStatusError) as down:
             api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
         assert down.value.status_code == 502
+        # A derived id is known too: the one the next request of this chat is filed under.
+        assert down.value.response.headers["x-conversation-id"]
 
 
 def test_tenants_are_isolated(fake: tuple[MockUpstream, str], tmp_path: Path) -> None:

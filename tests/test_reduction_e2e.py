@@ -8,7 +8,10 @@ request is checked against the strategies' invariants (README, Strategies).
 from __future__ import annotations
 
 import itertools
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -304,3 +307,28 @@ def test_300_agent_turns_with_mask_clear_results_before_any_summary(
             assert summaries[first] == 0, "a summary was made while masking sufficed"
     print("summariser calls", made)
     assert made["mask"] < made["summarize"], made
+
+
+def test_inspect_counts_the_summaries_prepared_in_the_background(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    _, upstream_url = fake
+    db = tmp_path / "p.db"
+    with start_proxy(upstream_url, db, "summarize") as url:
+        app = App(url + "/v1", append=False)
+        for i in range(80):
+            app.turn(i)
+        metrics = httpx.get(url + "/metrics").text
+    inspect = ["inspect", "trip", "--key", "sk-e2e", "--db", str(db), "--json"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "proxy", *inspect],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    stats = json.loads(shown)["state"]["stats"]
+    assert metric(metrics, "context_proxy_summaries_prepared_total") >= 2
+    assert metric(metrics, "context_proxy_summary_waits_total") == 0  # each one made ahead
+    # Each turn that summarised made one summary, ahead of it.
+    assert stats["summaries_made"] == stats["reductions"]["summarized"] >= 2, stats
+    assert stats["summarizer_tokens"] > 0, stats

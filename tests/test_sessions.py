@@ -69,7 +69,7 @@ def test_sessions_stay_bounded_and_forget_leaves_nothing(steps: list[Any]) -> No
             branch = sessions.branch(key, f"head{n}")
             branch.stretch = (n, 0)
             sessions.advance(key, branch, f"head{n + 1}")
-            sessions.prepared(key, branch, {"span": "s" * size})
+            sessions.prepared(key, branch, {"span": "s" * size}, {"span": 1})
         else:
             sessions.forget(key)
             assert not sessions.holds(key)
@@ -125,7 +125,7 @@ def test_weight_counts_what_a_session_holds() -> None:
     sessions.recalled(key, Recalled(b"q", "r" * 300, 1))
     branch = Branch(stretch=(1, 0))
     sessions.advance(key, branch, "h")
-    sessions.prepared(key, branch, {"k": "s" * 50})
+    sessions.prepared(key, branch, {"k": "s" * 50}, {"k": 1})
     session = sessions.get(key)
     assert session is not None and session.weight == OVERHEAD + 1000 + 300 + 50
     sessions.answered(key, "resp_1", "h9", frozenset(f"h{i}" for i in range(10)))

@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from starlette.testclient import TestClient
 
 from proxy.app import create_app
 from proxy.config import load_settings
+from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
 
 CHAT = "/v1/chat/completions"
+ADMIN = "admin-token-for-tests"
 HEADERS = {"Authorization": "Bearer sk-faults", "X-Conversation-Id": "kept"}
 
 
@@ -175,7 +180,6 @@ def test_an_unwritable_shared_memory_file_stops_the_start_with_one_line(tmp_path
 
 def test_a_fatal_signal_leaves_a_traceback_on_stderr(tmp_path: Path) -> None:
     """SQLite's memory-mapped files can raise SIGBUS; the process must not die silently."""
-    import signal
 
     from .servers import free_port, proxy_process
 
@@ -185,3 +189,196 @@ def test_a_fatal_signal_leaves_a_traceback_on_stderr(tmp_path: Path) -> None:
     _, err = process.communicate(timeout=30)
     assert process.returncode == -signal.SIGBUS
     assert b"Fatal Python error: Bus error" in err, err[-2000:]
+
+
+@contextlib.contextmanager
+def served(db: Path) -> Iterator[tuple[openai.OpenAI, str]]:
+    """The real server on a SQLite file at `db`, before the mock upstream; an SDK client."""
+    from .servers import run_server, serve_proxy
+
+    with (
+        run_server(MockUpstream().app) as upstream,
+        serve_proxy(upstream + "/v1", db, auth_admin_token=ADMIN) as url,
+    ):
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-faults", max_retries=0)
+        yield api.with_options(default_headers={"X-Conversation-Id": "kept"}), url
+
+
+def said(api: openai.OpenAI, history: list[dict[str, Any]], text: str) -> str:
+    """One turn of `history` with `text` said: the turn's X-Context-Reduction."""
+    history.append({"role": "user", "content": text})
+    raw = api.chat.completions.with_raw_response.create(model="gpt-4o", messages=history)  # type: ignore[arg-type]
+    history.append({"role": "assistant", "content": raw.parse().choices[0].message.content})
+    return raw.headers["x-context-reduction"]
+
+
+def archived(url: str) -> list[str]:
+    found = httpx.get(
+        f"{url}/admin/conversations/kept",
+        params={"tenant": tenant_of("sk-faults")},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+    )
+    return [m["content"] for m in found.json()["archive"] if m["role"] == "user"]
+
+
+def test_turns_a_full_disk_cannot_keep_say_stateless_and_the_store_loses_nothing(
+    small_disk: Path,
+) -> None:
+    history: list[dict[str, Any]] = []
+    with served(small_disk / "store.db") as (api, url):
+        kinds = [said(api, history, "first"), said(api, history, "second")]
+        filler = fill(small_disk)
+        kinds.append(said(api, history, "big " * 20_000))  # answered; its write fails
+        kinds.append(said(api, history, "on a full disk"))
+        filler.unlink()
+        kinds.append(said(api, history, "room again"))  # its write succeeds
+        kinds.append(said(api, history, "kept again"))
+        kept = archived(url)
+
+    assert kinds[:2] == ["none", "none"]
+    assert "stateless" in kinds[3]  # after the failed write, until one succeeds
+    assert kinds[5] == "none"
+    assert kept[:2] == ["first", "second"] and kept[-2:] == ["room again", "kept again"]
+
+
+def test_turns_after_the_store_file_is_deleted_say_stateless(tmp_path: Path) -> None:
+    history: list[dict[str, Any]] = []
+    with served(tmp_path / "store.db") as (api, _):
+        assert said(api, history, "first") == "none"
+        for path in tmp_path.glob("store.db*"):
+            path.unlink()
+        # The file is looked at off the turns, within a second of a write.
+        deadline = time.monotonic() + 30
+        kinds = [said(api, history, "after")]
+        while "stateless" not in kinds[-1] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            kinds.append(said(api, history, "after"))
+
+    assert "stateless" in kinds[-1]
+    assert not list(tmp_path.glob("store.db*"))  # nothing made a new, empty file there
+
+
+@pytest.fixture
+def stoppable_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server of the test's own, to SIGSTOP: its URL (a half-second socket timeout)."""
+    import shutil
+    import socket
+
+    from .servers import free_port
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.1):
+                break
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0?socket_timeout=0.5", server
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def redis_proxy(upstream: str, url: str, **env: str) -> contextlib.AbstractContextManager[str]:
+    """The real server on Redis at `url`, before the mock upstream at `upstream`."""
+    from .servers import run_server
+
+    env = {"STORE_BACKEND": "redis", "STORE_URL": url, "AUTH_ADMIN_TOKEN": ADMIN, **env}
+    variables = {f"CONTEXT_PROXY_{k}": v for k, v in env.items()}
+    variables["CONTEXT_PROXY_UPSTREAM_BASE_URL"] = upstream + "/v1"
+    return run_server(create_app(load_settings(env=variables)))
+
+
+def test_a_hung_redis_costs_one_timeout_not_one_a_request(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]], caplog: pytest.LogCaptureFixture
+) -> None:
+    from .servers import run_server
+
+    url, redis_server = stoppable_redis
+    with (
+        run_server(MockUpstream().app) as upstream,
+        redis_proxy(upstream, url, STORE_BACKOFF_S="600") as proxy_url,
+    ):
+        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-hang", max_retries=0)
+        api = api.with_options(default_headers={"X-Conversation-Id": "hung"})
+        history: list[dict[str, Any]] = []
+        assert said(api, history, "before") == "none"
+        redis_server.send_signal(signal.SIGSTOP)
+        kinds = [said(api, history, f"hung {i}") for i in range(4)]
+        health = httpx.get(proxy_url + "/healthz")
+        redis_server.send_signal(signal.SIGCONT)
+
+    waits = [r for r in caplog.records if "Timeout reading" in r.getMessage()]
+    assert all("stateless" in kind for kind in kinds)
+    assert len(waits) == 1, [r.getMessage() for r in waits]
+    assert health.status_code == 503 and "skipped for" in health.json()["problem"]
+
+
+def test_redis_is_tried_again_after_the_backoff(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import asyncio
+
+    from proxy.store import ConvKey, StoreError, open_store
+
+    from .factories import Clock
+
+    url, redis_server = stoppable_redis
+    clock = Clock()
+    store = open_store("redis", url=url, now=clock, backoff_s=30)
+    key = ConvKey("t", "c")
+
+    async def tries() -> list[str]:
+        said: list[str] = []
+        for step in ("stop", "again", "cont", "later"):
+            if step == "stop":
+                redis_server.send_signal(signal.SIGSTOP)
+            if step == "cont":
+                redis_server.send_signal(signal.SIGCONT)
+            if step == "later":
+                clock.advance(31)
+            try:
+                await store.latest(key)
+                said.append("answered")
+            except StoreError as exc:
+                said.append("skipped" if "skipped" in str(exc) else "waited")
+        await store.close()
+        return said
+
+    assert asyncio.run(tries()) == ["waited", "skipped", "skipped", "answered"]
+
+
+def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import redis
+
+    from .servers import run_server
+
+    url, _ = stoppable_redis
+    admin = redis.Redis.from_url(url)
+    history: list[dict[str, Any]] = []
+    with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
+        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
+        api = api.with_options(default_headers={"X-Conversation-Id": "kept"})
+        kinds = [said(api, history, "first")]
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        kinds.append(said(api, history, "answered, not kept"))
+        kinds.append(said(api, history, "on a full Redis"))
+        full = httpx.get(proxy_url + "/healthz")
+        admin.config_set("maxmemory", 0)
+        kinds.append(said(api, history, "room again"))
+        kinds.append(said(api, history, "kept again"))
+        kept = archived(proxy_url)
+    admin.close()
+
+    assert kinds[:2] == ["none", "none"]
+    assert "stateless" in kinds[2]
+    assert full.status_code == 503 and "writes fail" in full.json()["problem"]
+    assert kinds[4] == "none"
+    assert kept[0] == "first" and kept[-1] == "kept again"

@@ -61,6 +61,7 @@ def open_store(
     max_conversations: int = 10_000,
     now: Callable[[], float] = time.time,
     read_only: bool = False,
+    backoff_s: float = 30.0,
 ) -> Store:
     """The store named by `backend`, ready to use.
 
@@ -69,6 +70,7 @@ def open_store(
     connects lazily: `await store.ping()` at start-up to fail fast.
     `max_conversations` bounds the memory backend only. `read_only` (SQLite
     only) opens a file for looking: no migration, no expiry, no write.
+    `backoff_s` (Redis only): how long Redis is skipped after a call times out.
     """
     if backend == "memory":
         return MemoryStore(
@@ -88,7 +90,9 @@ def open_store(
                 "pip install 'context-proxy[redis]'"
             ) from exc
         try:
-            return RedisStore(url, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now)
+            return RedisStore(
+                url, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now, backoff_s=backoff_s
+            )
         except ValueError as exc:  # redis-py's reading of the URL (a port that is no number)
             raise ConfigError(f"store.url: {exc}") from None
     raise ConfigError(f"store.backend: unknown backend {backend!r}; expected one of {BACKENDS}")

@@ -280,6 +280,12 @@ class Store(Protocol):
         """Why turns cannot be written now (files gone, writes failing), at a glance; None: fine."""
         ...
 
+    def failing(self) -> bool:
+        """Whether the turns written now may not be kept, as last seen: the last write
+        failed, or the file was found gone since. A flag, read by every turn; `problem`
+        looks at the store itself."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -201,6 +201,9 @@ class MemoryStore(Searchable):
     def problem(self) -> str | None:
         return None
 
+    def failing(self) -> bool:
+        return False
+
     async def ping(self) -> None:
         return None
 

@@ -17,18 +17,22 @@ itself forgets idle conversations; reads also compare `updated_at` with the
 injected clock, so expiry behaves exactly as in the other backends.
 Keys are not hash-tagged: the script touches the shared indexes too, so it
 needs a single Redis (or a cluster with one shard), not Redis Cluster.
+A call that times out makes the store skip Redis for `backoff_s` (`_calling`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import logging
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from proxy.messages import Message
 from proxy.store import search
@@ -50,6 +54,8 @@ from proxy.store.base import (
 from proxy.store.indexed import ArchiveSearch, Searchable
 
 _HMGET_CHUNK = 500
+DEFAULT_BACKOFF_S = 30.0
+log = logging.getLogger("context_proxy.store")
 
 # A message's archived value and its ancestors', newest first, walked inside Redis (one
 # call however long the walk). A value is `["<parent>", message]`: the parent, a hex
@@ -125,6 +131,7 @@ class RedisStore(Searchable):
         max_snapshots: int = DEFAULT_MAX_SNAPSHOTS,
         prefix: str = "context-proxy",
         now: Callable[[], float] = time.time,
+        backoff_s: float = DEFAULT_BACKOFF_S,
     ) -> None:
         self._redis: Redis = Redis.from_url(url, decode_responses=True)
         self._ttl_s = ttl_s
@@ -134,6 +141,29 @@ class RedisStore(Searchable):
         self._commit = self._redis.register_script(_COMMIT)
         self._chain = self._redis.register_script(_CHAIN)
         self._search = ArchiveSearch()
+        self._commit_error: str | None = None  # why the last commit failed (out of memory, say)
+        self._backoff_s = backoff_s
+        self._skip_until = float("-inf")  # Redis timed out: skipped until then (`_calling`)
+
+    @contextlib.contextmanager
+    def _calling(self) -> Iterator[None]:
+        """Around calls to Redis: its errors as `StoreError`, and the back-off.
+
+        A Redis that hangs (stopped, its host gone) answers nothing, and every
+        request would wait the client's socket timeout for each call; after a
+        timeout, calls fail at once for `backoff_s`, then the next one tries.
+        """
+        if self._now() < self._skip_until:
+            left = self._skip_until - self._now()
+            raise StoreError(f"Redis timed out; skipped for {left:.0f} s more")
+        try:
+            yield
+        except RedisTimeoutError as exc:
+            self._skip_until = self._now() + self._backoff_s
+            log.warning("Redis timed out; skipping it for %s s: %s", self._backoff_s, exc)
+            raise StoreError(f"Redis: {exc}") from exc
+        except RedisError as exc:
+            raise StoreError(f"Redis: {exc}") from exc
 
     def _keys(self, key: ConvKey) -> list[str]:
         base = f"{self._prefix}:c:{key.tenant}:{key.conversation}"
@@ -169,16 +199,17 @@ class RedisStore(Searchable):
         for entry in turn.archive:
             args += [entry.hash, dumps([entry.parent, entry.message])]
         try:
-            await self._commit(keys=keys, args=args)
-        except ResponseError as exc:
-            if "CONFLICT" in str(exc):
+            with self._calling():
+                await self._commit(keys=keys, args=args)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, ResponseError) and "CONFLICT" in str(exc):
                 raise Conflict(f"{turn.key.conversation} moved on") from exc
-            raise StoreError(f"Redis: {exc}") from exc
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
+            self._commit_error = str(exc)
+            raise
+        self._commit_error = None
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
-        try:
+        with self._calling():
             if not heads or not await self._live(key):
                 return None
             snaps = self._keys(key)[3]
@@ -190,15 +221,11 @@ class RedisStore(Searchable):
                         position, state, created_at = loads(value)
                         return Snapshot(head, position, state, created_at)
             return None
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
 
     async def latest(self, key: ConvKey) -> Conversation | None:
         fields = ("head", "position", "state", "working", "turns", "created_at", "updated_at")
-        try:
+        with self._calling():
             row = cast("list[str | None]", await self._redis.hmget(self._keys(key)[0], fields))
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         if row[0] is None:
             return None
         head, position, state, working, turns, created_at, updated_at = map(_present, row)
@@ -221,7 +248,7 @@ class RedisStore(Searchable):
         if limit <= 0:
             return []
         _, msgs, order, _, _ = self._keys(key)
-        try:
+        with self._calling():
             if not await self._live(key):
                 return []
             start = max(0, offset)
@@ -229,8 +256,6 @@ class RedisStore(Searchable):
             values = (
                 cast("list[str | None]", await self._redis.hmget(msgs, hashes)) if hashes else []
             )
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         archived = []
         for seq, (h, value) in enumerate(zip(hashes, values, strict=True), start):
             parent, message = loads(_present(value))
@@ -238,12 +263,10 @@ class RedisStore(Searchable):
         return archived
 
     async def chain(self, key: ConvKey, last: str, *, limit: int) -> list[Message]:
-        try:
+        with self._calling():
             if limit <= 0 or not await self._live(key):
                 return []
             values = await self._chain(keys=[self._keys(key)[1]], args=[last, limit])
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         return [loads(value)[1] for value in reversed(cast("list[str]", values))]
 
     async def _indexed(
@@ -252,11 +275,9 @@ class RedisStore(Searchable):
         async def fetch(k: ConvKey, offset: int, count: int) -> list[ArchivedMessage]:
             return await self.archive(k, limit=count, offset=offset)
 
-        try:
+        with self._calling():
             if not await self._live(key):
                 return none
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         return await self._search.run(key, fetch, op)
 
     def _vectors(self, key: ConvKey) -> str:
@@ -266,7 +287,7 @@ class RedisStore(Searchable):
         return f"{self._prefix}:c:{key.tenant}:{key.conversation}:kept"
 
     async def keep_summary(self, key: ConvKey, request: str, text: str) -> None:
-        try:
+        with self._calling():
             if not await self._live(key):
                 return
             async with self._redis.pipeline(transaction=True) as pipe:
@@ -279,16 +300,12 @@ class RedisStore(Searchable):
             by_age = sorted(kept, key=lambda r: float(loads(kept[r])[0]))
             if len(by_age) > SUMMARIES_KEPT:
                 await self._redis.hdel(self._kept(key), *by_age[:-SUMMARIES_KEPT])
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
 
     async def kept_summaries(self, key: ConvKey) -> dict[str, str]:
-        try:
+        with self._calling():
             if not await self._live(key):
                 return {}
             kept = cast("dict[str, str]", await self._redis.hgetall(self._kept(key)))
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         return {request: loads(value)[1] for request, value in kept.items()}
 
     async def _hashes(self, key: ConvKey, seqs: list[int]) -> dict[int, str]:
@@ -302,10 +319,8 @@ class RedisStore(Searchable):
             seqs = [seq for seq, _ in pending]
             hashes = await self._hashes(key, seqs)
             fields = [f"{model}:{hashes[s]}" for s in seqs if s in hashes]
-            try:
+            with self._calling():
                 found = await self._redis.hmget(self._vectors(key), fields) if fields else []
-            except RedisError as exc:
-                raise StoreError(f"Redis: {exc}") from exc
             by_field = dict(zip(fields, found, strict=True))
             shared = [
                 (s, base64.b64decode(v))
@@ -329,27 +344,23 @@ class RedisStore(Searchable):
         }
         if not mapping:
             return
-        try:
+        with self._calling():
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self._vectors(key), mapping=cast(Any, mapping))
                 if self._ttl_s > 0:
                     pipe.expire(self._vectors(key), self._ttl_s)
                 await pipe.execute()
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
 
     async def delete(self, key: ConvKey) -> bool:
         self._search.forget(key)
         member = dumps([key.tenant, key.conversation])
-        try:
+        with self._calling():
             existed = await self._live(key)
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.delete(*self._keys(key), self._vectors(key), self._kept(key))
                 pipe.zrem(f"{self._prefix}:idx:{key.tenant}", member)
                 pipe.zrem(f"{self._prefix}:idx", member)
                 await pipe.execute()
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         return existed
 
     async def list_conversations(
@@ -358,7 +369,7 @@ class RedisStore(Searchable):
         index = f"{self._prefix}:idx" + ("" if tenant is None else f":{tenant}")
         if limit <= 0:
             return []
-        try:
+        with self._calling():
             members = await self._redis.zrevrangebyscore(
                 index, "+inf", self._cutoff(), start=max(0, offset), num=limit
             )
@@ -369,8 +380,6 @@ class RedisStore(Searchable):
                     pipe.hmget(conv, ("turns", "position", "created_at", "updated_at"))
                     pipe.llen(order)
                 results = await pipe.execute()
-        except RedisError as exc:
-            raise StoreError(f"Redis: {exc}") from exc
         summaries = []
         for i, key in enumerate(keys):
             turns, position, created_at, updated_at = results[2 * i]
@@ -388,13 +397,20 @@ class RedisStore(Searchable):
         return summaries
 
     def problem(self) -> str | None:
-        return None
+        return None if self._commit_error is None else f"writes fail: {self._commit_error}"
+
+    def failing(self) -> bool:
+        return self._commit_error is not None
 
     async def ping(self) -> None:
         try:
-            await cast(Any, self._redis.ping())
-        except (RedisError, OSError) as exc:
+            with self._calling():
+                await cast(Any, self._redis.ping())
+        except (StoreError, OSError) as exc:
             raise StoreError(f"Redis unreachable: {exc}") from exc
+        problem = self.problem()
+        if problem is not None:  # Redis answers, and refuses turns (out of memory, say)
+            raise StoreError(problem)
 
     async def close(self) -> None:
         self._search.close()

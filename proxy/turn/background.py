@@ -91,7 +91,9 @@ async def _prepare(
         log.info("background summary of %s failed (%s)", outcome.key.conversation, exc)
         return
     # Earlier texts describe spans a finished reduction already replaced.
-    ctx.sessions.prepared(outcome.key, branch, {request.key: result.text})
+    ctx.sessions.prepared(
+        outcome.key, branch, {request.key: result.text}, {request.key: result.tokens}
+    )
     ctx.metrics.summaries_prepared.inc()
     # Kept for the crossing turn, which another process may serve.
     try:

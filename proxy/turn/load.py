@@ -3,7 +3,8 @@
 In append mode the stored working history is the history, and the request
 carries only the new messages. In full-history mode the request's chain
 hashes find the longest stored snapshot it extends (a store that cannot be
-reached makes the turn stateless, never a failed request). Either way the
+reached, or is failing to keep what it is given, makes the turn stateless,
+never a failed request). Either way the
 result is a `Loaded` turn with every message's token count at hand.
 """
 
@@ -119,15 +120,17 @@ async def _full(
             *known.counts[:seen],
             *(ctx.counter.count_message(model, m, d) for m, d in fresh),
         ]
-    stateless = False
+    unreachable = False
     try:
         snapshot = await ctx.store.find_snapshot(key, hashes)
     except StoreError:
         ctx.metrics.store_errors.labels("find_snapshot").inc()
         log.warning("store unreachable; reducing %s without stored state", key.conversation)
-        snapshot, stateless = None, True
+        snapshot, unreachable = None, True
+    # What the store still gives is used; the turn says it will not be kept.
+    stateless = unreachable or ctx.store.failing()
     archived = None
-    if snapshot is None and not stateless:
+    if snapshot is None and not unreachable:
         archived = await _trimmed(ctx, key, messages, digests)
     if len(messages) - seen > GROUP_STEP:  # reconciling and counting it hold the loop next
         await let_others_run()

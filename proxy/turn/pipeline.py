@@ -27,7 +27,7 @@ from ..dialects import Item, Wire
 from ..dialects.anthropic import ANTHROPIC_WIRE
 from ..dialects.chat_completions import CHAT_WIRE
 from ..dialects.responses import RESPONSES_WIRE
-from ..errors import ProxyError, UpstreamError
+from ..errors import ProxyError
 from ..fastpath import Resend
 from ..intake import check_content_type, decoded, read_body
 from ..outcome import Outcome
@@ -109,6 +109,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
         await lock.acquire()
+    outcome: Outcome | None = None
     try:
         outcome = await plan(
             ctx,
@@ -126,20 +127,19 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         forwarded = outcome.reduction.messages
         content = wire.render(body, payload, [*forwarded, prefill] if prefill else forwarded)
         url = ctx.url_for(wire.upstream_path, wire.provider, request.url.query)
-        try:
-            response = await send(ctx, url, content, headers, events=streaming)
-        except UpstreamError as exc:  # no answer came: the line has the status the client gets
-            access_log(outcome, mode, strategy, exc.status, started)
-            raise
+        response = await send(ctx, url, content, headers, events=streaming)
         ctx.metrics.child(ctx.metrics.upstream_latency, wire.upstream_path).observe(
             time.perf_counter() - started
         )
-    except BaseException:
+    except BaseException as exc:
         if lock is not None:
             lock.release()
+        if isinstance(exc, ProxyError):  # the proxy's own answer: its line, and the id
+            access_log(wire, key, outcome, mode, strategy, exc.status, started)
+            exc.headers["x-conversation-id"] = key.conversation
         raise
     release = lock.release if lock is not None else _noop
-    access_log(outcome, mode, strategy, response.status_code, started)
+    access_log(wire, key, outcome, mode, strategy, response.status_code, started)
     limit = ctx.settings.upstream.max_answer_bytes
     if streaming and response.status_code == 200:  # relay, committing at the end
         return StreamingResponse(
@@ -367,31 +367,45 @@ def authorize(ctx: AppContext, headers: Mapping[str, str]) -> None:
         )
 
 
-def access_log(outcome: Outcome, mode: str, strategy: str, status: int, started: float) -> None:
-    """One line per request: ids, reduction and sizes, never content or keys.
+def access_log(
+    wire: Wire,
+    key: ConvKey,
+    outcome: Outcome | None,
+    mode: str,
+    strategy: str,
+    status: int,
+    started: float,
+) -> None:
+    """One line per request: its route, ids, reduction and sizes, never content or keys.
 
-    `status` is the upstream's, or the proxy's own 502 or 504 when none answered.
+    `status` is the upstream's, or the proxy's own when none answered (a 502 or 504)
+    or the proxy refused the request (`outcome` None when it was never planned).
     """
     if not access.isEnabledFor(logging.INFO):
         return
+    kinds = outcome.reduction.kinds if outcome is not None else ()
+    tokens_in = outcome.tokens_in if outcome is not None else 0
+    tokens_out = outcome.reduction.tokens_out if outcome is not None else 0
     access.info(
-        "chat conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
+        "%s conversation=%s mode=%s strategy=%s reduction=%s tokens_in=%d tokens_out=%d "
         "upstream_status=%d ms=%.1f",
-        outcome.key.conversation,
+        wire.upstream_path,  # the proxy's route is the upstream's path
+        key.conversation,
         mode,
         strategy,
-        ",".join(outcome.reduction.kinds),
-        outcome.tokens_in,
-        outcome.reduction.tokens_out,
+        ",".join(kinds) or "-",
+        tokens_in,
+        tokens_out,
         status,
         (time.perf_counter() - started) * 1000,
         extra={
-            "conversation": outcome.key.conversation,
+            "route": wire.upstream_path,
+            "conversation": key.conversation,
             "mode": mode,
             "strategy": strategy,
-            "reduction": list(outcome.reduction.kinds),
-            "tokens_in": outcome.tokens_in,
-            "tokens_out": outcome.reduction.tokens_out,
+            "reduction": list(kinds),
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
             "upstream_status": status,
         },
     )

@@ -89,7 +89,7 @@ async def reduce_turn(
             prepared = {**kept, **prepared}
             reduction = run(prepared, reduction.tail)
     if not reduction.summary_requests:
-        return reduction, 0, 0
+        return reduction, *_made_ahead(loaded, reduction, prepared, branch)
     ctx.metrics.summary_waits.inc()
     try:
         results = await asyncio.gather(
@@ -108,7 +108,24 @@ async def reduce_turn(
     ctx.metrics.summaries_made.inc(len(results))
     summaries = {**prepared, **texts}
     again = run(summaries, reduction.tail)
-    return again, len(results), sum(r.tokens for r in results)
+    ahead, spent = _made_ahead(loaded, again, prepared, branch)
+    return again, len(results) + ahead, sum(r.tokens for r in results) + spent
+
+
+def _made_ahead(
+    loaded: Loaded, reduction: Reduction, prepared: dict[str, str], branch: Branch
+) -> tuple[int, int]:
+    """The summaries made in the background that `reduction` is the first to use, and
+    what the summariser spent on them (known for those this process made).
+
+    They count in the conversation's analytics with the turn that uses them, as
+    the ones a turn waits for do: a preparation that is never used counts nowhere.
+    """
+    before = set(loaded.turn.working.state.summaries)
+    key_of = {text: key for key, text in prepared.items()}
+    new = [block for block in reduction.state.summaries if block not in before]
+    used = [key_of[block.text] for block in new if block.text in key_of]
+    return len(used), sum(branch.tokens.get(key, 0) for key in used)
 
 
 async def _kept(ctx: AppContext, loaded: Loaded) -> dict[str, str]:

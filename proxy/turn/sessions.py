@@ -58,12 +58,14 @@ class Branch:
 
     `stretch` is the stretch between reductions a preparation was started
     for (one per stretch is enough: the turn crossing the trigger finds it).
-    `texts` are the prepared summaries by their request's content key.
+    `texts` are the prepared summaries by their request's content key, and
+    `tokens` what the summariser spent on those this process prepared.
     `at` is the head of the snapshot it is kept under (None: not kept yet).
     """
 
     stretch: tuple[int, int] | None = None
     texts: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
     at: str | None = None
 
 
@@ -221,10 +223,12 @@ class Sessions:
         if stored is None or stored.prepared_for is None:
             return Branch()
         texts: dict[str, str] = {}
+        tokens: dict[str, int] = {}
         for mine in session.branches.values() if session is not None else ():
             if mine.stretch == stored.prepared_for:
                 texts.update(mine.texts)
-        return Branch(stored.prepared_for, texts)
+                tokens.update(mine.tokens)
+        return Branch(stored.prepared_for, texts, tokens)
 
     def advance(self, key: ConvKey, branch: Branch, head: str) -> None:
         """A turn of `branch` stored the snapshot `head`: the branch's next turn extends it."""
@@ -239,9 +243,11 @@ class Sessions:
             del session.branches[next(iter(session.branches))]
         self._store(key, session)
 
-    def prepared(self, key: ConvKey, branch: Branch, texts: dict[str, str]) -> None:
+    def prepared(
+        self, key: ConvKey, branch: Branch, texts: dict[str, str], tokens: dict[str, int]
+    ) -> None:
         """A background preparation for `branch` finished: its texts replace the branch's."""
-        branch.texts = texts
+        branch.texts, branch.tokens = texts, tokens
         session = self._sessions.get(key)
         if session is not None and any(b is branch for b in session.branches.values()):
             self._store(key, session)  # its weight changed

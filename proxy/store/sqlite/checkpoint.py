@@ -14,7 +14,9 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 log = logging.getLogger("context_proxy.store")
 
@@ -40,13 +42,17 @@ class Checkpointer:
     """Checkpoints of one database file, on a thread of its own.
 
     The writer calls `after_write` once a group of turns is committed; the
-    thread waits for enough pages or a second, then checkpoints. Only the
+    thread waits for enough pages or a second, then checkpoints, then runs
+    `after` (the store looks at its file there, off the event loop). Only the
     thread touches its connection; the counters are plain attributes, read
     and written under the GIL.
     """
 
-    def __init__(self, path: str, busy_timeout_s: float) -> None:
+    def __init__(
+        self, path: str, busy_timeout_s: float, after: Callable[[], None] = lambda: None
+    ) -> None:
         self.path = path
+        self._after = after
         self._busy_timeout_s = busy_timeout_s
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="store-sqlite-checkpoint"
@@ -89,9 +95,10 @@ class Checkpointer:
             self._wake.clear()
         self._unchecked_pages = 0
         try:
-            if self._db is None:
+            if self._db is None:  # opened, never created: a file deleted meanwhile stays gone
+                uri = f"{Path(self.path).resolve().as_uri()}?mode=rw"
                 self._db = sqlite3.connect(
-                    self.path, timeout=self._busy_timeout_s, isolation_level=None
+                    uri, uri=True, timeout=self._busy_timeout_s, isolation_level=None
                 )
             db = self._db
             ((_, frames, _),) = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
@@ -110,6 +117,7 @@ class Checkpointer:
         finally:
             self._last = time.monotonic()
             self._pending = False
+        self._after()
 
     async def close(self) -> None:
         """Run a waiting checkpoint now, then close the connection and the thread."""

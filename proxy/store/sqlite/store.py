@@ -88,7 +88,7 @@ class SqliteStore(indexed.Searchable):
         self._reader: sqlite3.Connection | None = None
         self._file = connections.is_file(path)
         self._checkpoints = (
-            Checkpointer(path, busy_timeout_s) if self._file and not read_only else None
+            Checkpointer(path, busy_timeout_s, self._look) if self._file and not read_only else None
         )
         # See `Recent`. Valid while the writing connection's data version
         # reads `_version`: nobody else committed since this process's last group.
@@ -101,6 +101,7 @@ class SqliteStore(indexed.Searchable):
         # Turns are written from the loop's thread when the file allows it (see `writer`).
         self._writer = Writer(path, None, lambda: self._db, self._executor, busy_timeout_s, self)
         self._identity: tuple[int, int] | None = None  # the file's (device, inode) at open
+        self._lost: str | None = None  # what the checkpointer last found wrong with the file
         try:
             self._executor.submit(self._open).result()
             if self._file:
@@ -173,6 +174,15 @@ class SqliteStore(indexed.Searchable):
         if self._identity is None or self._read_only:
             return None
         return connections.file_problem(self.path, self._identity)
+
+    def failing(self) -> bool:
+        # A deleted file still takes writes (its unlinked inode): only a look at the path
+        # tells, which costs 10-30 us, so the checkpointer's thread looks after writes.
+        return self._writer.error is not None or self._lost is not None
+
+    def _look(self) -> None:
+        if self._identity is not None:
+            self._lost = connections.file_problem(self.path, self._identity)
 
     def _sweep_quietly(self) -> None:
         if self._db is not None and not self._closed:
