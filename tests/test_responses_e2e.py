@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -404,6 +407,48 @@ def test_recall_brings_a_fact_back_into_a_reduced_responses_input(
     block = asked[-2]
     assert block["role"] == "developer" and fact in block["content"]
     assert int(agent.headers[-1]["x-context-recall"]) >= 1
+
+
+def test_a_chained_turn_never_takes_in_a_turn_another_chat_committed_meanwhile(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """Two chats under one key open alike (one derived id). While A's chained turn is
+    answered, B arrives with a history of its own; A's next link carries A's turns only."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-shared", max_retries=0)
+        with api, ThreadPoolExecutor(1) as pool:
+            a1 = api.responses.with_raw_response.create(model=MODEL, input="Hello")
+            gate = upstream.hold_next()
+            a2 = pool.submit(
+                api.responses.create,
+                model=MODEL,
+                input="A: my dog is Rex.",
+                previous_response_id=a1.parse().id,
+            )
+            while len(upstream.responses_requests()) < 2:  # A's turn is at the upstream
+                time.sleep(0.01)
+            b1 = api.responses.with_raw_response.create(
+                model=MODEL,
+                input=[
+                    {"role": "user", "content": "Hello"},
+                    {"role": "assistant", "content": "Hi, B."},
+                    {"role": "user", "content": "B: my PIN is 4321."},
+                ],
+            )
+            gate.set()
+            a3 = api.responses.with_raw_response.create(
+                model=MODEL, input="A: what is my dog called?", previous_response_id=a2.result().id
+            )
+    assert b1.headers["x-conversation-id"] == a1.headers["x-conversation-id"]
+    assert a3.headers["x-context-reduction"] != "passthrough"
+    sent = upstream.responses_requests()[-1]
+    assert "previous_response_id" not in sent and "4321" not in json.dumps(sent)
+    assert [i["content"] for i in sent["input"] if i.get("role") == "user"] == [
+        "Hello",
+        "A: my dog is Rex.",
+        "A: what is my dog called?",
+    ]
 
 
 def test_only_the_latest_answer_of_a_conversation_is_continued(

@@ -4,7 +4,8 @@ It routes each request to its wire's module (`chat`, `responses`,
 `anthropic`, `embeddings`), records every request (`requests`) and every
 answered model call with the prompt-cache hit the provider would have
 given it (`calls`), and lets a test script trouble: canned failures, a
-summariser that is down, slowness, a model's window.
+summariser that is down, slowness, a model's window, a request held until
+the test lets it go (turns that overlap, in the order the test chooses).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import math
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +105,7 @@ class MockUpstream:
     requests: list[Recorded] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     failures: deque[tuple[int, Any, dict[str, str]]] = field(default_factory=deque)
+    held: deque[threading.Event] = field(default_factory=deque)
     response_ids: set[str] = field(default_factory=set)
     app: Starlette = field(init=False, repr=False)
     _seen: OrderedDict[str, int] = field(default_factory=OrderedDict, repr=False)
@@ -118,6 +121,12 @@ class MockUpstream:
         """Queue a canned error answer for the next (non-summariser) chat request."""
         body = oai_error(f"canned error {status}", "server_error") if body is None else body
         self.failures.append((status, body, dict(headers or {})))
+
+    def hold_next(self) -> threading.Event:
+        """Hold the next (non-summariser) request, once recorded, until the event is set."""
+        gate = threading.Event()
+        self.held.append(gate)
+        return gate
 
     def reset(self) -> None:
         self.requests.clear()
@@ -165,6 +174,8 @@ class MockUpstream:
         self.requests.append(Recorded(method, path, request.url.query, headers, body, raw))
         if self.slow_s:
             await asyncio.sleep(self.slow_s)
+        if self.held and not is_summary(path, body):
+            await asyncio.to_thread(self.held.popleft().wait)  # set from the test's thread
         route = (method, path)
         if route == ("POST", CHAT):
             return self.chat(raw, body)
