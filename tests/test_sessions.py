@@ -413,10 +413,26 @@ def test_a_chained_turn_applied_after_another_chats_keeps_no_branch() -> None:
     nothing = Reduction(messages=(), state=turn.working.state, kinds=(), tokens_out=0)
     outcome = Outcome(KEYS[0], turn, nothing, 0, 0, 0, False)
     archived = [ArchiveEntry("answer", turn.new_hashes[-1], user("ok"))]
-    assert _branch(dataclasses.replace(outcome, lineage=planned), archived) == planned | {"answer"}
-    assert _branch(outcome, archived) == frozenset(), "not tracked"
+    assert _branch(dataclasses.replace(outcome, lineage=planned), archived) == (planned, ["answer"])
+    assert _branch(outcome, archived) == (frozenset(), []), "not tracked"
     theirs = conv.reconcile_append(
         [user("and then?")], [user("hi")], SnapshotState(answer_hash="theirs").to_json(), 1
     )
     rebased = dataclasses.replace(outcome, turn=theirs, lineage=planned)
-    assert _branch(rebased, archived) == frozenset()
+    assert _branch(rebased, archived) == (frozenset(), [])
+
+
+def test_a_chained_turn_extends_the_branch_kept_and_any_other_replaces_it() -> None:
+    """The branch kept with the latest answer grows by what a turn continuing it adds (not
+    copied whole each turn); a turn planned on another branch leaves that one as it was."""
+    sessions, key = Sessions(), KEYS[0]
+    sessions.answered(key, "resp_1", "a1", frozenset({"u1", "a1"}))
+    kept = sessions.lineage(key)
+    sessions.answered(key, "resp_2", "a2", kept, ["u2", "a2"])
+    assert sessions.lineage(key) is kept and kept == {"u1", "a1", "u2", "a2"}
+    other = frozenset({"u1", "b1"})
+    sessions.answered(key, "resp_b", "b2", other, ["b2"])
+    assert sessions.lineage(key) == {"u1", "b1", "b2"} and other == {"u1", "b1"}
+    assert kept == {"u1", "a1", "u2", "a2"}, "a branch no longer kept is not changed"
+    session = sessions.get(key)
+    assert session is not None and session.weight == OVERHEAD + 3 * HASH_BYTES
