@@ -184,7 +184,7 @@ def test_tool_definitions_instructions_and_schemas_count() -> None:
 
 def stream_of(body: dict[str, Any]) -> tuple[list[bytes], list[Message]]:
     """The fake upstream's events for `body`, and the output items they carry."""
-    items = mock_responses.validate(body, {}, set())
+    items, _ = mock_responses.validate(body, {}, {})
     final = mock_responses.response_object(
         body, "d1", mock_responses.output_for(items, "d1", ECHO), "completed"
     )
@@ -228,7 +228,7 @@ def test_a_failed_or_cut_stream_is_not_complete() -> None:
 
 def test_a_whole_answer_gives_its_output_items() -> None:
     body = {"model": "m", "input": "please call tool lookup"}
-    output = mock_responses.output_for(mock_responses.validate(body, {}, set()), "d2", ECHO)
+    output = mock_responses.output_for(mock_responses.validate(body, {}, {})[0], "d2", ECHO)
     whole = mock_responses.response_object(body, "d2", output, "completed")
     assert RESPONSES_WIRE.answer(orjson.dumps(whole)) == (output, "resp_d2")
     assert RESPONSES_WIRE.answer(orjson.dumps({**whole, "status": "failed"})) is None

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -43,6 +44,8 @@ CANNED: dict[str, tuple[int, str, str, str | None, dict[str, str]]] = {
     "error-401": (401, "Incorrect API key provided: sk-fake.", chat.INVALID, "invalid_api_key", {}),
 }
 CHAT = "/v1/chat/completions"
+# Responses a request may name as its previous one (OpenAI keeps them for 30 days).
+RESPONSES = 4096
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
@@ -106,7 +109,8 @@ class MockUpstream:
     calls: list[Call] = field(default_factory=list)
     failures: deque[tuple[int, Any, dict[str, str]]] = field(default_factory=deque)
     held: deque[threading.Event] = field(default_factory=deque)
-    response_ids: set[str] = field(default_factory=set)
+    # Each response given, as it left its chain (its calls, those answered, its programs).
+    given: LRUCache[str, responses.Chain] = field(default_factory=lambda: LRUCache(RESPONSES))
     app: Starlette = field(init=False, repr=False)
     _seen: OrderedDict[str, int] = field(default_factory=OrderedDict, repr=False)
     _previous_head: str = field(default="", repr=False)
@@ -252,7 +256,7 @@ class MockUpstream:
 
     def responses(self, raw: bytes, body: Any) -> Response:
         try:
-            items = responses.validate(body, self.context_limits, self.response_ids)
+            items, chain = responses.validate(body, self.context_limits, self.given)
         except responses.Invalid as exc:
             self._refused(exc)
             error = oai_error(str(exc), param=exc.param, code=exc.code)
@@ -275,7 +279,9 @@ class MockUpstream:
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,
         }
-        self.response_ids.add(f"resp_{digest}")
+        for item in output:
+            chain.read(item, "output")
+        self.given[f"resp_{digest}"] = chain
         final = responses.response_object(body, digest, output, "completed", usage)
         if body.get("stream"):
             return StreamingResponse(responses.events(final), media_type="text/event-stream")
