@@ -24,7 +24,7 @@ from proxy.mock.chat import (
     validate_tool_chains,
 )
 from proxy.mock.embeddings import EMBEDDING_DIMS
-from tests.factories import assistant, call, system, tool, user
+from tests.factories import assistant, call, local_shell_call, system, tool, user
 from tests.servers import free_port, run_server
 
 CHAT = "/v1/chat/completions"
@@ -658,13 +658,7 @@ def test_responses_outputs_may_answer_the_calls_of_the_previous_response(
 def test_responses_a_local_shell_call_is_answered_by_call_id(client: TestClient) -> None:
     """Its own output names it by `call_id` (as the Agents SDK sends it), and Codex answers
     it with a function call's output; unanswered, or an output for no call, is refused."""
-    shell = {
-        "type": "local_shell_call",
-        "id": "lsh_1",
-        "call_id": "call_sh",
-        "status": "completed",
-        "action": {"type": "exec", "command": ["ls"], "env": {}},
-    }
+    shell = local_shell_call("call_sh")
     ask = {"role": "user", "content": "list the files"}
     for kind in ("local_shell_call_output", "function_call_output"):
         output = {"type": kind, "call_id": "call_sh", "output": "a.txt"}

@@ -93,6 +93,14 @@ def test_the_sdks_items_are_classified() -> None:
             {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
             {"type": "local_shell_call_output", "id": "c", "output": "{}"},
         ),
+        (  # as the Agents SDK sends it, and OpenAI reads it
+            {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
+            {"type": "local_shell_call_output", "call_id": "c", "output": "{}"},
+        ),
+        (  # as Codex answers a local shell call
+            {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
+            {"type": "function_call_output", "call_id": "c", "output": "{}"},
+        ),
         (
             {"type": "mcp_approval_request", "id": "c", "name": "run", "arguments": "{}"},
             {"type": "mcp_approval_response", "approval_request_id": "c", "approve": True},

@@ -25,6 +25,7 @@ from proxy.reduction.types import Budget
 from proxy.store import ConvKey, open_store
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
+from .factories import local_shell_call
 from .servers import run_server, serve_proxy
 
 pytestmark = pytest.mark.integration
@@ -169,6 +170,25 @@ def test_a_request_without_input_goes_through_as_sent(
     sent = upstream.responses_requests()
     assert sent[0] == {"model": MODEL, "prompt": prompt}
     assert sent[2] == {"model": MODEL, "previous_response_id": stored.id, "input": []}
+
+
+@pytest.mark.parametrize("answer", ["local_shell_call_output", "function_call_output"])
+def test_a_local_shell_call_keeps_its_output(
+    fake: tuple[MockUpstream, str], tmp_path: Path, answer: str
+) -> None:
+    """A local shell call answered by `call_id`, as the Agents SDK (its own output type) and
+    Codex (a function call's output) answer it: the output reaches the upstream."""
+    upstream, upstream_url = fake
+    shell = local_shell_call("call_sh")
+    output = {"type": answer, "call_id": "call_sh", "output": "notes.txt"}
+    with start_proxy(upstream_url, tmp_path / "p.db", reduction_strategy="mask+tokens") as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            agent.send({"role": "user", "content": "What files are here?"}, shell, output)
+            agent.send({"role": "user", "content": "And which is newest?"})
+    first, second = upstream.responses_requests()
+    assert first["input"][1:] == [shell, output]
+    assert second["input"][1:3] == [shell, output]
 
 
 def test_a_chain_that_asks_openai_to_compact_is_not_continued_by_the_proxy(

@@ -29,8 +29,8 @@ CALLS = {
     "computer_call": ("computer_call_output", "call_id"),
     "shell_call": ("shell_call_output", "call_id"),
     "apply_patch_call": ("apply_patch_call_output", "call_id"),
-    # Its output names the call's `call_id` in its own `id`.
-    "local_shell_call": ("local_shell_call_output", "id"),
+    # OpenAI reads its output's `call_id`; the SDK's type names the call in `id` (`answers`).
+    "local_shell_call": ("local_shell_call_output", "call_id"),
     "mcp_approval_request": ("mcp_approval_response", "approval_request_id"),
 }
 ANSWERS = {answer: key for answer, key in CALLS.values()}
@@ -78,8 +78,13 @@ class ResponsesItems:
         return [_call_id(item)] if kind(item) in CALLS else []
 
     def answers(self, item: Item) -> tuple[str, ...]:
-        key = ANSWERS.get(kind(item))
-        return () if key is None else (str(item.get(key, "")),)
+        found = kind(item)
+        key = ANSWERS.get(found)
+        if key is None:
+            return ()
+        if key not in item and found == "local_shell_call_output":
+            key = "id"
+        return (str(item.get(key, "")),)
 
     def call_names(self, item: Item) -> dict[str, str]:
         found = kind(item)
