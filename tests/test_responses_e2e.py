@@ -191,6 +191,35 @@ def test_a_local_shell_call_keeps_its_output(
     assert second["input"][1:3] == [shell, output]
 
 
+@pytest.mark.parametrize("strategy", ["messages", "tokens", "mask+tiered"])
+def test_a_program_and_what_it_holds_are_reduced_together(
+    fake: tuple[MockUpstream, str], tmp_path: Path, strategy: str
+) -> None:
+    """Programmatic tool calling: each turn the model ran a program that called a tool of
+    the app's; reduced, a program goes whole or not at all, as OpenAI requires."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", reduction_strategy=strategy) as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            for i in range(25):
+                owner = {"type": "program", "caller_id": f"prog_{i}"}
+                agent.send(
+                    {"role": "user", "content": f"Turn {i}: add up the museums of city {i}."},
+                    {"type": "program", "id": f"pg_{i}", "call_id": f"prog_{i}"}
+                    | {"code": "const r = await tools.lookup({q: 'museums'}); text(r)"}
+                    | {"fingerprint": f"fp{i}"},
+                    {"type": "function_call", "call_id": f"call_{i}", "name": "lookup"}
+                    | {"arguments": '{"q": "museums"}', "caller": owner},
+                    {"type": "function_call_output", "call_id": f"call_{i}", "caller": owner}
+                    | {"output": f"City {i} has {i % 7 + 2} museums. " * 8},
+                    {"type": "program_output", "id": f"po_{i}", "call_id": f"prog_{i}"}
+                    | {"result": f"{i % 7 + 2}", "status": "completed"},
+                )
+    kinds = [h["x-context-reduction"] for h in agent.headers]
+    assert sum(k != "none" for k in kinds) >= 5, kinds
+    assert not [c.error for c in upstream.calls if c.error]
+
+
 def test_a_chain_that_asks_openai_to_compact_is_not_continued_by_the_proxy(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
