@@ -137,6 +137,37 @@ def test_weight_counts_what_a_session_holds() -> None:
 # -- Through the app ---------------------------------------------------------------------------
 
 
+def test_a_chained_turn_waiting_for_its_turn_when_the_conversation_is_deleted_is_not_stored(
+    tmp_path: Path,
+) -> None:
+    """Two requests chained to the same answer (a retry): the second waits for the first,
+    which the upstream holds; the conversation is deleted meanwhile. Neither brings back
+    what the deletion removed."""
+    admin = {"params": {"tenant": TENANT}, "headers": {"Authorization": "Bearer adm"}}
+    headers = {"Authorization": f"Bearer {KEY}", "X-Conversation-Id": "trip"}
+    with proxy(tmp_path, "chained", responses_manage_server_state="true") as (client, upstream):
+        body = {"model": "tiny", "input": "Where should we go?"}
+        first = client.post("/v1/responses", json=body, headers=headers).json()
+        chained = {"model": "tiny", "input": "and then?", "previous_response_id": first["id"]}
+        gate = upstream.hold_next()
+        lock = ctx_of(client).locks.get(ConvKey(TENANT, "trip"))
+        with ThreadPoolExecutor(2) as pool:
+            turns = [pool.submit(client.post, "/v1/responses", json=chained, headers=headers)]
+            while not lock.locked():  # the first holds the conversation's turn
+                time.sleep(0.01)
+            turns.append(pool.submit(client.post, "/v1/responses", json=chained, headers=headers))
+            while not lock._waiters:  # the second has read the stored turn and waits
+                time.sleep(0.01)
+            deleted = client.delete("/admin/conversations/trip", **admin)
+            gate.set()
+            answered = [t.result() for t in turns]
+        settle(client)
+        assert deleted.status_code == 200, deleted.text
+        assert [a.status_code for a in answered] == [200, 200]
+        gone = client.get("/admin/conversations/trip", **admin)
+        assert gone.status_code == 404, gone.text
+
+
 @contextlib.contextmanager
 def proxy(tmp_path: Path, name: str, **env: str) -> Iterator[tuple[TestClient, MockUpstream]]:
     upstream = MockUpstream()

@@ -93,6 +93,9 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     headers.pop("content-encoding", None)  # what goes upstream is the decoded body, or ours
     streaming = wire.streams(payload)
     named = bool(given.get("x-conversation-id"))  # by the client, not derived
+    # A deletion after this is one the turn must not undo: a chained turn reads the stored
+    # state it continues here, before it waits for its conversation's lock.
+    began = time.monotonic()
     chained: Conversation | None = None
     if wire.server_state(payload) is not None:  # the provider holds the conversation
         chained = await continued(ctx, wire, payload, given)
@@ -124,6 +127,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
             named,
             prefill,
             chained,
+            began,
         )
         forwarded = outcome.reduction.messages
         content = wire.render(body, payload, [*forwarded, prefill] if prefill else forwarded)
@@ -187,14 +191,17 @@ async def plan(
     named: bool = False,
     prefill: Item | None = None,
     chained: Conversation | None = None,
+    began: float | None = None,
 ) -> Outcome:
     """Load, reconcile and reduce the turn: what goes upstream, and what to store after.
 
     `named`: the client named the conversation (its id is not derived). `prefill`: the
     answer's start, forwarded after the reduced history and stored as the answer's.
     `chained`: the stored turn a request chained by `previous_response_id` continues.
+    `began`: when the turn started reading stored state (a deletion after it is one the
+    turn must not undo); now when not given.
     """
-    began = time.monotonic()  # a deletion after this is one the turn must not undo
+    began = time.monotonic() if began is None else began
     model = str(payload["model"])
     loaded = await load(ctx, key, messages, model, mode, resend, wire.items, chained)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
