@@ -500,6 +500,68 @@ def test_a_chained_turn_never_takes_in_a_turn_another_chat_committed_meanwhile(
     ]
 
 
+def test_an_agents_sdk_run_chained_by_response_id_keeps_its_tools_and_recalls(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """The OpenAI Agents SDK chaining its runs by `previous_response_id` (managed server
+    state, recall on, `mask`): tool rounds, streamed runs and a handoff, each continued
+    from the store and forwarded stateless; a fact said early comes back when asked."""
+    from agents import Agent as SdkAgent
+    from agents import OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look up facts about a city."""
+        return f"Facts about {q}: " + "museums, rivers, bridges. " * 20
+
+    upstream, upstream_url = fake
+    env = {"responses_manage_server_state": "true", "recall_enabled": "true"}
+    with start_proxy(
+        upstream_url, tmp_path / "p.db", reduction_strategy="mask+summarize", **env
+    ) as url:
+
+        async def run() -> list[str]:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-agents", max_retries=0)
+            model = OpenAIResponsesModel(MODEL, client)
+            billing = SdkAgent(name="billing", instructions="You handle billing.", model=model)
+            trip = SdkAgent(
+                name="trip", instructions="Plan.", tools=[lookup], handoffs=[billing], model=model
+            )
+            said = {
+                4: "My passport number is X1234567 and it expires in March 2031.",
+                25: "please call tool transfer_to_billing",
+                28: "Remind me when my passport expires?",
+            }
+            previous, agents = None, []
+            for i in range(30):
+                text = f"Turn {i}: tell me about day {i}, budget {i * 10} euros. " + "more " * 20
+                if i % 6 == 2:
+                    text = f"Turn {i}: please call tool lookup for city {i}."
+                text = said.get(i, text)
+                if i % 3 == 0:
+                    streamed = Runner.run_streamed(trip, text, previous_response_id=previous)
+                    async for _ in streamed.stream_events():
+                        pass
+                    previous, agent = streamed.last_response_id, streamed.last_agent.name
+                else:
+                    result = await Runner.run(trip, text, previous_response_id=previous)
+                    previous, agent = result.last_response_id, result.last_agent.name
+                agents.append(agent)
+            await client.close()
+            return agents
+
+        agents = asyncio.run(run())
+    assert agents[25] == "billing" and agents.count("billing") == 1
+    sent = upstream.responses_requests()
+    assert all("previous_response_id" not in r for r in sent)  # each continued from the store
+    assert not [c.error for c in upstream.calls if c.error]
+    asked = next(r for r in sent if "Remind me" in json.dumps(r["input"][-1]))
+    assert "X1234567" in json.dumps(asked["input"][-2])  # the recall block
+    assert "X1234567" not in json.dumps(asked["input"][:-2]), "the fact was reduced"
+
+
 def test_only_the_latest_answer_of_a_conversation_is_continued(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
