@@ -158,8 +158,6 @@ def _hold(units: list[Unit], dialect: Dialect) -> list[Unit]:
     """
     held = [{h for m in u.messages if (h := dialect.held_by(m))} for u in units]
     last = {h: i for i, holders in enumerate(held) for h in holders}
-    if not last:
-        return units
     out: list[Unit] = []
     i = 0
     while i < len(units):
@@ -192,7 +190,7 @@ def group(
     units = _attach_results(units)
     if dialect.opaque_items and any(map(dialect.travels_with_next, messages)):
         units = _attach_opaque(units)
-    if dialect.separate_calls:
+    if dialect.separate_calls and any(map(dialect.held_by, messages)):
         units = _hold(units, dialect)
     for step in passes:
         units = step(units)
