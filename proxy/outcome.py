@@ -5,7 +5,7 @@ Pure: the app decides when to write; these functions decide what.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ class Outcome:
     prefill: Message | None = None  # the answer's start the request ended with
     # A derived id's turn with recall on: the chain hashes of its branch as planned (empty:
     # not at hand), kept for the turns chained to it; None: not tracked.
-    lineage: frozenset[str] | None = None
+    lineage: Set[str] | None = None
 
     def headers(self) -> dict[str, str]:
         found = {

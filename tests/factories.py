@@ -64,3 +64,14 @@ def chat(n_turns: int, *, words: int = 5) -> list[Message]:
         out.append(user(f"question {i} " + "word " * words))
         out.append(assistant(f"answer {i} " + "word " * words))
     return out
+
+
+def local_shell_call(call_id: str, command: str = "ls") -> Message:
+    """A Responses `local_shell_call` as the model makes it."""
+    return {
+        "type": "local_shell_call",
+        "id": f"lsh_{call_id}",
+        "call_id": call_id,
+        "status": "completed",
+        "action": {"type": "exec", "command": [command], "env": {}},
+    }

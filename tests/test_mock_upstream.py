@@ -24,7 +24,7 @@ from proxy.mock.chat import (
     validate_tool_chains,
 )
 from proxy.mock.embeddings import EMBEDDING_DIMS
-from tests.factories import assistant, call, system, tool, user
+from tests.factories import assistant, call, local_shell_call, system, tool, user
 from tests.servers import free_port, run_server
 
 CHAT = "/v1/chat/completions"
@@ -629,3 +629,73 @@ def test_the_mock_runs_on_its_own_as_the_bench_starts_it(mode: list[str]) -> Non
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def responses_call(client: TestClient, items: Any, **extra: Any) -> httpx.Response:
+    return client.post("/v1/responses", json={"model": "gpt-4o", "input": items, **extra})
+
+
+def test_responses_outputs_may_answer_the_calls_of_the_previous_response(
+    client: TestClient,
+) -> None:
+    """As OpenAI: a request continuing a response by its id answers that response's calls
+    with outputs alone, and one that leaves them unanswered is refused."""
+    first = responses_call(client, "call tool lookup").json()
+    call_id = first["output"][1]["call_id"]
+    output = {"type": "function_call_output", "call_id": call_id, "output": "7"}
+    answer = responses_call(client, [output], previous_response_id=first["id"])
+    assert answer.status_code == 200
+    assert answer.json()["output"][0]["content"][0]["text"] == "Tool said: 7"
+    ignored = responses_call(client, "and now?", previous_response_id=first["id"])
+    assert ignored.status_code == 400
+    assert (
+        ignored.json()["error"]["message"] == f"No tool output found for function call {call_id}."
+    )
+    later = responses_call(client, "and now?", previous_response_id=answer.json()["id"])
+    assert later.status_code == 200, "answered once, the chain goes on"
+
+
+def test_responses_a_local_shell_call_is_answered_by_call_id(client: TestClient) -> None:
+    """Its own output names it by `call_id` (as the Agents SDK sends it), and Codex answers
+    it with a function call's output; unanswered, or an output for no call, is refused."""
+    shell = local_shell_call("call_sh")
+    ask = {"role": "user", "content": "list the files"}
+    for kind in ("local_shell_call_output", "function_call_output"):
+        output = {"type": kind, "call_id": "call_sh", "output": "a.txt"}
+        assert responses_call(client, [ask, shell, output]).status_code == 200, kind
+    unanswered = responses_call(client, [ask, shell])
+    assert unanswered.json()["error"]["message"] == (
+        "No tool output found for local shell call call_sh."
+    )
+    stray = {"type": "local_shell_call_output", "call_id": "call_other", "output": ""}
+    assert responses_call(client, [ask, shell, stray]).status_code == 400
+
+
+def test_responses_a_program_holds_its_calls_and_outputs(client: TestClient) -> None:
+    """Programmatic tool calling: a program's output and the calls it makes (their
+    `caller`) follow the program they name, and nothing follows its completed output."""
+    program = {"type": "program", "id": "pg_1", "call_id": "prog_1", "code": "f()"}
+    program["fingerprint"] = "fp"
+    owner = {"type": "program", "caller_id": "prog_1"}
+    made = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "name": "lookup",
+        "arguments": "{}",
+        "caller": owner,
+    }
+    result = {"type": "function_call_output", "call_id": "call_1", "output": "7", "caller": owner}
+    done = {"type": "program_output", "id": "po_1", "call_id": "prog_1", "result": "7"}
+    done["status"] = "completed"
+    ask = {"role": "user", "content": "sum it"}
+    assert responses_call(client, [ask, program, made, result, done]).status_code == 200
+    assert responses_call(client, [ask, program, made, result]).status_code == 200, "running"
+    broken = {
+        "output without its program": [ask, done],
+        "a call of no program": [ask, made, result],
+        "a call after the program completed": [ask, program, done, made, result],
+        "an output without a status": [ask, program, {**done, "status": None}],
+    }
+    for name, items in broken.items():
+        refused = responses_call(client, items)
+        assert refused.status_code == 400, name

@@ -24,7 +24,7 @@ from proxy.mock import ECHO
 from proxy.mock import responses as mock_responses
 from proxy.reduction import STRATEGIES, Budget, ContextTooLarge, Policy, Working, reduce
 from proxy.reduction.chains import group
-from proxy.reduction.types import MaskPolicy
+from proxy.reduction.types import MaskPolicy, Reduction
 from tests.test_dialect_seam import assert_chains_whole, histories
 
 BODIES = Path(__file__).parent / "data" / "responses-sdk-bodies.jsonl"
@@ -92,6 +92,14 @@ def test_the_sdks_items_are_classified() -> None:
         (
             {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
             {"type": "local_shell_call_output", "id": "c", "output": "{}"},
+        ),
+        (  # as the Agents SDK sends it, and OpenAI reads it
+            {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
+            {"type": "local_shell_call_output", "call_id": "c", "output": "{}"},
+        ),
+        (  # as Codex answers a local shell call
+            {"type": "local_shell_call", "id": "ls_1", "call_id": "c", "action": {}},
+            {"type": "function_call_output", "call_id": "c", "output": "{}"},
         ),
         (
             {"type": "mcp_approval_request", "id": "c", "name": "run", "arguments": "{}"},
@@ -184,7 +192,7 @@ def test_tool_definitions_instructions_and_schemas_count() -> None:
 
 def stream_of(body: dict[str, Any]) -> tuple[list[bytes], list[Message]]:
     """The fake upstream's events for `body`, and the output items they carry."""
-    items = mock_responses.validate(body, {}, set())
+    items, _ = mock_responses.validate(body, {}, {})
     final = mock_responses.response_object(
         body, "d1", mock_responses.output_for(items, "d1", ECHO), "completed"
     )
@@ -228,11 +236,14 @@ def test_a_failed_or_cut_stream_is_not_complete() -> None:
 
 def test_a_whole_answer_gives_its_output_items() -> None:
     body = {"model": "m", "input": "please call tool lookup"}
-    output = mock_responses.output_for(mock_responses.validate(body, {}, set()), "d2", ECHO)
+    output = mock_responses.output_for(mock_responses.validate(body, {}, {})[0], "d2", ECHO)
     whole = mock_responses.response_object(body, "d2", output, "completed")
     assert RESPONSES_WIRE.answer(orjson.dumps(whole)) == (output, "resp_d2")
     assert RESPONSES_WIRE.answer(orjson.dumps({**whole, "status": "failed"})) is None
     assert RESPONSES_WIRE.answer(b"not json") is None
+
+
+LEADING = ({"type": "message", "role": "developer", "content": "Be brief."},)
 
 
 def count(item: Message) -> int:
@@ -245,20 +256,28 @@ def test_every_strategy_keeps_responses_chains_whole_and_fits(
     items: list[Message], strategy: str, window: int
 ) -> None:
     """The real dialect, Responses-shaped histories: calls, outputs and reasoning stay together."""
-    leading = ({"type": "message", "role": "developer", "content": "Be brief."},)
+    red = reduced(items, strategy, window)
+    if red is None:
+        return
+    assert red.messages[0] == LEADING[0]
+    assert_chains_whole(red.messages)
+    if strategy != "none":
+        assert sum(map(count, red.messages)) + 3 <= Budget(context_tokens=window).hard_limit
+
+
+def reduced(items: list[Message], strategy: str, window: int) -> Reduction | None:
+    """`items` after the instructions, reduced by `strategy` to a window of `window` tokens
+    (summaries written as asked); None when they cannot fit."""
     policy = Policy(strategy=strategy, dialect=RESPONSES, mask=MaskPolicy(clear_at_least=1))
     budget = Budget(context_tokens=window)
     try:
-        red = reduce(Working(leading, tuple(items)), policy, budget, count)
+        red = reduce(Working(LEADING, tuple(items)), policy, budget, count)
         texts = {r.key: "earlier talk" for r in red.summary_requests}
         if texts:
-            red = reduce(Working(leading, tuple(items)), policy, budget, count, texts)
+            red = reduce(Working(LEADING, tuple(items)), policy, budget, count, texts)
     except ContextTooLarge:
-        return
-    assert red.messages[0] == leading[0]
-    assert_chains_whole(red.messages)
-    if strategy != "none":
-        assert sum(map(count, red.messages)) + 3 <= budget.hard_limit
+        return None
+    return red
 
 
 def play(store: Any, *, fast_path: bool) -> tuple[list[bytes], list[str], list[Any]]:
@@ -412,3 +431,90 @@ def test_a_second_history_key_hidden_by_escapes_means_a_full_parse() -> None:
     assert reparse(evil, known, "input") is None
     parsed = orjson.loads(evil)
     assert resent(known, parsed["input"], evil, locate(evil, parsed, known, "input"), "input") == 0
+
+
+@st.composite
+def with_programs(draw: st.DrawFn) -> list[Message]:
+    """Turns of a user message, rounds of direct calls or of a program (programmatic tool
+    calling: the calls it makes, their outputs, its output), and an answer; the last
+    program may still be running."""
+    items: list[Message] = []
+    turns = draw(st.integers(1, 8))
+    for n in range(turns):
+        items.append({"role": "user", "content": f"q{n} " + "x" * draw(st.integers(0, 200))})
+        rounds = draw(st.integers(0, 2))
+        for r in range(rounds):
+            name, program = f"p{n}_{r}", draw(st.booleans())
+            if draw(st.booleans()):
+                items.append({"type": "reasoning", "id": f"rs{name}", "summary": []})
+            owner = {"type": "program", "caller_id": name}
+            if program:
+                items.append(
+                    {"type": "program", "id": f"pg{name}", "call_id": name, "code": "go()"}
+                    | {"fingerprint": "fp"}
+                )
+            for step in range(draw(st.integers(0 if program else 1, 3))):
+                if draw(st.booleans()):  # a hosted tool's item, which names no program
+                    items.append({"type": "web_search_call", "id": f"ws{name}_{step}"})
+                ids = [f"c{name}_{step}_{i}" for i in range(draw(st.integers(1, 2)))]
+                extra = {"caller": owner} if program else {}
+                for i in ids:
+                    items.append(
+                        {"type": "function_call", "call_id": i, "name": "f", "arguments": "{}"}
+                        | extra
+                    )
+                for i in ids:
+                    output = "y" * draw(st.integers(0, 300))
+                    items.append({"type": "function_call_output", "call_id": i, "output": output})
+                    items[-1] |= extra
+            running = n == turns - 1 and r == rounds - 1 and draw(st.booleans())
+            if program and not running:
+                items.append(
+                    {"type": "program_output", "id": f"po{name}", "call_id": name, "result": "7"}
+                    | {"status": "completed"}
+                )
+        if not (n == turns - 1 and rounds and items[-1].get("caller")):
+            items.append({"role": "assistant", "content": f"a{n} " + "z" * 100})
+    return items
+
+
+def program_of(item: Message) -> str:
+    if item.get("type") in ("program", "program_output"):
+        return str(item["call_id"])
+    caller = item.get("caller")
+    return str(caller["caller_id"]) if isinstance(caller, dict) else ""
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(with_programs(), st.sampled_from(STRATEGIES), st.integers(100, 3000))
+def test_no_strategy_separates_a_program_from_what_it_holds(
+    items: list[Message], strategy: str, window: int
+) -> None:
+    """A program, the calls it makes, their outputs and its output are kept or dropped
+    together, and what goes upstream is an input OpenAI (the mock) accepts."""
+    mock_responses.validate({"model": "m", "input": items}, {}, {})  # the history is valid
+    red = reduced(items, strategy, window)
+    if red is None:
+        return
+    mock_responses.validate({"model": "m", "input": list(red.messages)}, {}, {})
+    for name in {program_of(i) for i in items} - {""}:
+        held = [i.get("id") or i["call_id"] for i in items if program_of(i) == name]
+        kept = [i.get("id") or i["call_id"] for i in red.messages if program_of(i) == name]
+        assert kept in ([], held), f"program {name}: {kept} of {held}"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(with_programs(), st.data())
+def test_a_program_grouped_turn_by_turn_is_the_program_grouped_at_once(
+    items: list[Message], data: st.DataObject
+) -> None:
+    """The tail kept from the last turn is extended, not regrouped: a program still running
+    then has its next calls, and its output, join the unit it began."""
+    from proxy.reduction.tail import grouped_tail
+
+    split = data.draw(st.integers(0, len(items)))
+    earlier = grouped_tail(items[:split], count, True, None, RESPONSES)
+    extended = grouped_tail(items, count, True, earlier, RESPONSES)
+    at_once = grouped_tail(items, count, True, None, RESPONSES)
+    assert extended.units == at_once.units
+    assert extended.forward == at_once.forward and extended.sizes == at_once.sizes

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from proxy.reduction.types import Budget
 from proxy.store import ConvKey, open_store
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 
+from .factories import local_shell_call
 from .servers import run_server, serve_proxy
 
 pytestmark = pytest.mark.integration
@@ -166,6 +170,54 @@ def test_a_request_without_input_goes_through_as_sent(
     sent = upstream.responses_requests()
     assert sent[0] == {"model": MODEL, "prompt": prompt}
     assert sent[2] == {"model": MODEL, "previous_response_id": stored.id, "input": []}
+
+
+@pytest.mark.parametrize("answer", ["local_shell_call_output", "function_call_output"])
+def test_a_local_shell_call_keeps_its_output(
+    fake: tuple[MockUpstream, str], tmp_path: Path, answer: str
+) -> None:
+    """A local shell call answered by `call_id`, as the Agents SDK (its own output type) and
+    Codex (a function call's output) answer it: the output reaches the upstream."""
+    upstream, upstream_url = fake
+    shell = local_shell_call("call_sh")
+    output = {"type": answer, "call_id": "call_sh", "output": "notes.txt"}
+    with start_proxy(upstream_url, tmp_path / "p.db", reduction_strategy="mask+tokens") as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            agent.send({"role": "user", "content": "What files are here?"}, shell, output)
+            agent.send({"role": "user", "content": "And which is newest?"})
+    first, second = upstream.responses_requests()
+    assert first["input"][1:] == [shell, output]
+    assert second["input"][1:3] == [shell, output]
+
+
+@pytest.mark.parametrize("strategy", ["messages", "tokens", "mask+tiered"])
+def test_a_program_and_what_it_holds_are_reduced_together(
+    fake: tuple[MockUpstream, str], tmp_path: Path, strategy: str
+) -> None:
+    """Programmatic tool calling: each turn the model ran a program that called a tool of
+    the app's; reduced, a program goes whole or not at all, as OpenAI requires."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", reduction_strategy=strategy) as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            for i in range(25):
+                owner = {"type": "program", "caller_id": f"prog_{i}"}
+                agent.send(
+                    {"role": "user", "content": f"Turn {i}: add up the museums of city {i}."},
+                    {"type": "program", "id": f"pg_{i}", "call_id": f"prog_{i}"}
+                    | {"code": "const r = await tools.lookup({q: 'museums'}); text(r)"}
+                    | {"fingerprint": f"fp{i}"},
+                    {"type": "function_call", "call_id": f"call_{i}", "name": "lookup"}
+                    | {"arguments": '{"q": "museums"}', "caller": owner},
+                    {"type": "function_call_output", "call_id": f"call_{i}", "caller": owner}
+                    | {"output": f"City {i} has {i % 7 + 2} museums. " * 8},
+                    {"type": "program_output", "id": f"po_{i}", "call_id": f"prog_{i}"}
+                    | {"result": f"{i % 7 + 2}", "status": "completed"},
+                )
+    kinds = [h["x-context-reduction"] for h in agent.headers]
+    assert sum(k != "none" for k in kinds) >= 5, kinds
+    assert not [c.error for c in upstream.calls if c.error]
 
 
 def test_a_chain_that_asks_openai_to_compact_is_not_continued_by_the_proxy(
@@ -404,6 +456,110 @@ def test_recall_brings_a_fact_back_into_a_reduced_responses_input(
     block = asked[-2]
     assert block["role"] == "developer" and fact in block["content"]
     assert int(agent.headers[-1]["x-context-recall"]) >= 1
+
+
+def test_a_chained_turn_never_takes_in_a_turn_another_chat_committed_meanwhile(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """Two chats under one key open alike (one derived id). While A's chained turn is
+    answered, B arrives with a history of its own; A's next link carries A's turns only."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", responses_manage_server_state="true") as url:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-shared", max_retries=0)
+        with api, ThreadPoolExecutor(1) as pool:
+            a1 = api.responses.with_raw_response.create(model=MODEL, input="Hello")
+            gate = upstream.hold_next()
+            a2 = pool.submit(
+                api.responses.create,
+                model=MODEL,
+                input="A: my dog is Rex.",
+                previous_response_id=a1.parse().id,
+            )
+            while len(upstream.responses_requests()) < 2:  # A's turn is at the upstream
+                time.sleep(0.01)
+            b1 = api.responses.with_raw_response.create(
+                model=MODEL,
+                input=[
+                    {"role": "user", "content": "Hello"},
+                    {"role": "assistant", "content": "Hi, B."},
+                    {"role": "user", "content": "B: my PIN is 4321."},
+                ],
+            )
+            gate.set()
+            a3 = api.responses.with_raw_response.create(
+                model=MODEL, input="A: what is my dog called?", previous_response_id=a2.result().id
+            )
+    assert b1.headers["x-conversation-id"] == a1.headers["x-conversation-id"]
+    assert a3.headers["x-context-reduction"] != "passthrough"
+    sent = upstream.responses_requests()[-1]
+    assert "previous_response_id" not in sent and "4321" not in json.dumps(sent)
+    assert [i["content"] for i in sent["input"] if i.get("role") == "user"] == [
+        "Hello",
+        "A: my dog is Rex.",
+        "A: what is my dog called?",
+    ]
+
+
+def test_an_agents_sdk_run_chained_by_response_id_keeps_its_tools_and_recalls(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """The OpenAI Agents SDK chaining its runs by `previous_response_id` (managed server
+    state, recall on, `mask`): tool rounds, streamed runs and a handoff, each continued
+    from the store and forwarded stateless; a fact said early comes back when asked."""
+    from agents import Agent as SdkAgent
+    from agents import OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def lookup(q: str) -> str:
+        """Look up facts about a city."""
+        return f"Facts about {q}: " + "museums, rivers, bridges. " * 20
+
+    upstream, upstream_url = fake
+    env = {"responses_manage_server_state": "true", "recall_enabled": "true"}
+    with start_proxy(
+        upstream_url, tmp_path / "p.db", reduction_strategy="mask+summarize", **env
+    ) as url:
+
+        async def run() -> list[str]:
+            client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-agents", max_retries=0)
+            model = OpenAIResponsesModel(MODEL, client)
+            billing = SdkAgent(name="billing", instructions="You handle billing.", model=model)
+            trip = SdkAgent(
+                name="trip", instructions="Plan.", tools=[lookup], handoffs=[billing], model=model
+            )
+            said = {
+                4: "My passport number is X1234567 and it expires in March 2031.",
+                25: "please call tool transfer_to_billing",
+                28: "Remind me when my passport expires?",
+            }
+            previous, agents = None, []
+            for i in range(30):
+                text = f"Turn {i}: tell me about day {i}, budget {i * 10} euros. " + "more " * 20
+                if i % 6 == 2:
+                    text = f"Turn {i}: please call tool lookup for city {i}."
+                text = said.get(i, text)
+                if i % 3 == 0:
+                    streamed = Runner.run_streamed(trip, text, previous_response_id=previous)
+                    async for _ in streamed.stream_events():
+                        pass
+                    previous, agent = streamed.last_response_id, streamed.last_agent.name
+                else:
+                    result = await Runner.run(trip, text, previous_response_id=previous)
+                    previous, agent = result.last_response_id, result.last_agent.name
+                agents.append(agent)
+            await client.close()
+            return agents
+
+        agents = asyncio.run(run())
+    assert agents[25] == "billing" and agents.count("billing") == 1
+    sent = upstream.responses_requests()
+    assert all("previous_response_id" not in r for r in sent)  # each continued from the store
+    assert not [c.error for c in upstream.calls if c.error]
+    asked = next(r for r in sent if "Remind me" in json.dumps(r["input"][-1]))
+    assert "X1234567" in json.dumps(asked["input"][-2])  # the recall block
+    assert "X1234567" not in json.dumps(asked["input"][:-2]), "the fact was reduced"
 
 
 def test_only_the_latest_answer_of_a_conversation_is_continued(

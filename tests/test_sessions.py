@@ -137,6 +137,37 @@ def test_weight_counts_what_a_session_holds() -> None:
 # -- Through the app ---------------------------------------------------------------------------
 
 
+def test_a_chained_turn_waiting_for_its_turn_when_the_conversation_is_deleted_is_not_stored(
+    tmp_path: Path,
+) -> None:
+    """Two requests chained to the same answer (a retry): the second waits for the first,
+    which the upstream holds; the conversation is deleted meanwhile. Neither brings back
+    what the deletion removed."""
+    admin = {"params": {"tenant": TENANT}, "headers": {"Authorization": "Bearer adm"}}
+    headers = {"Authorization": f"Bearer {KEY}", "X-Conversation-Id": "trip"}
+    with proxy(tmp_path, "chained", responses_manage_server_state="true") as (client, upstream):
+        body = {"model": "tiny", "input": "Where should we go?"}
+        first = client.post("/v1/responses", json=body, headers=headers).json()
+        chained = {"model": "tiny", "input": "and then?", "previous_response_id": first["id"]}
+        gate = upstream.hold_next()
+        lock = ctx_of(client).locks.get(ConvKey(TENANT, "trip"))
+        with ThreadPoolExecutor(2) as pool:
+            turns = [pool.submit(client.post, "/v1/responses", json=chained, headers=headers)]
+            while not lock.locked():  # the first holds the conversation's turn
+                time.sleep(0.01)
+            turns.append(pool.submit(client.post, "/v1/responses", json=chained, headers=headers))
+            while not lock._waiters:  # the second has read the stored turn and waits
+                time.sleep(0.01)
+            deleted = client.delete("/admin/conversations/trip", **admin)
+            gate.set()
+            answered = [t.result() for t in turns]
+        settle(client)
+        assert deleted.status_code == 200, deleted.text
+        assert [a.status_code for a in answered] == [200, 200]
+        gone = client.get("/admin/conversations/trip", **admin)
+        assert gone.status_code == 404, gone.text
+
+
 @contextlib.contextmanager
 def proxy(tmp_path: Path, name: str, **env: str) -> Iterator[tuple[TestClient, MockUpstream]]:
     upstream = MockUpstream()
@@ -413,10 +444,26 @@ def test_a_chained_turn_applied_after_another_chats_keeps_no_branch() -> None:
     nothing = Reduction(messages=(), state=turn.working.state, kinds=(), tokens_out=0)
     outcome = Outcome(KEYS[0], turn, nothing, 0, 0, 0, False)
     archived = [ArchiveEntry("answer", turn.new_hashes[-1], user("ok"))]
-    assert _branch(dataclasses.replace(outcome, lineage=planned), archived) == planned | {"answer"}
-    assert _branch(outcome, archived) == frozenset(), "not tracked"
+    assert _branch(dataclasses.replace(outcome, lineage=planned), archived) == (planned, ["answer"])
+    assert _branch(outcome, archived) == (frozenset(), []), "not tracked"
     theirs = conv.reconcile_append(
         [user("and then?")], [user("hi")], SnapshotState(answer_hash="theirs").to_json(), 1
     )
     rebased = dataclasses.replace(outcome, turn=theirs, lineage=planned)
-    assert _branch(rebased, archived) == frozenset()
+    assert _branch(rebased, archived) == (frozenset(), [])
+
+
+def test_a_chained_turn_extends_the_branch_kept_and_any_other_replaces_it() -> None:
+    """The branch kept with the latest answer grows by what a turn continuing it adds (not
+    copied whole each turn); a turn planned on another branch leaves that one as it was."""
+    sessions, key = Sessions(), KEYS[0]
+    sessions.answered(key, "resp_1", "a1", frozenset({"u1", "a1"}))
+    kept = sessions.lineage(key)
+    sessions.answered(key, "resp_2", "a2", kept, ["u2", "a2"])
+    assert sessions.lineage(key) is kept and kept == {"u1", "a1", "u2", "a2"}
+    other = frozenset({"u1", "b1"})
+    sessions.answered(key, "resp_b", "b2", other, ["b2"])
+    assert sessions.lineage(key) == {"u1", "b1", "b2"} and other == {"u1", "b1"}
+    assert kept == {"u1", "a1", "u2", "a2"}, "a branch no longer kept is not changed"
+    session = sessions.get(key)
+    assert session is not None and session.weight == OVERHEAD + 3 * HASH_BYTES

@@ -65,6 +65,12 @@ class Dialect(Protocol):
         """An opaque item (reasoning, thinking) that must stay with the item after it."""
         ...
 
+    def held_by(self, item: Item) -> str:
+        """The call holding the item ("": none): a call that makes calls of its own (a
+        Responses program) holds them, their results and its own outputs, and its unit
+        runs from it to the last item it holds."""
+        ...
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         """Whether any item makes a call or is a result (a quick check, before grouping)."""
         ...

@@ -101,6 +101,9 @@ class AnthropicItems:
     def travels_with_next(self, item: Item) -> bool:
         return False
 
+    def held_by(self, item: Item) -> str:
+        return ""
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(
             b.get("type") in ("tool_use", "tool_result") for item in items for b in blocks(item)

@@ -29,9 +29,12 @@ CALLS = {
     "computer_call": ("computer_call_output", "call_id"),
     "shell_call": ("shell_call_output", "call_id"),
     "apply_patch_call": ("apply_patch_call_output", "call_id"),
-    # Its output names the call's `call_id` in its own `id`.
-    "local_shell_call": ("local_shell_call_output", "id"),
+    # OpenAI reads its output's `call_id`; the SDK's type names the call in `id` (`answers`).
+    "local_shell_call": ("local_shell_call_output", "call_id"),
     "mcp_approval_request": ("mcp_approval_response", "approval_request_id"),
+    # Programmatic tool calling: a program's output names it; the calls it makes name
+    # it as their `caller` (`held_by`).
+    "program": ("program_output", "call_id"),
 }
 ANSWERS = {answer: key for answer, key in CALLS.values()}
 # Outputs that may be a plain string, so a placeholder (or a cleared text) can stand in.
@@ -78,8 +81,13 @@ class ResponsesItems:
         return [_call_id(item)] if kind(item) in CALLS else []
 
     def answers(self, item: Item) -> tuple[str, ...]:
-        key = ANSWERS.get(kind(item))
-        return () if key is None else (str(item.get(key, "")),)
+        found = kind(item)
+        key = ANSWERS.get(found)
+        if key is None:
+            return ()
+        if key not in item and found == "local_shell_call_output":
+            key = "id"
+        return (str(item.get(key, "")),)
 
     def call_names(self, item: Item) -> dict[str, str]:
         found = kind(item)
@@ -91,6 +99,14 @@ class ResponsesItems:
     def travels_with_next(self, item: Item) -> bool:
         return kind(item) == "reasoning"
 
+    def held_by(self, item: Item) -> str:
+        if kind(item) in ("program", "program_output"):
+            return str(item.get("call_id", ""))
+        caller = item.get("caller")
+        if isinstance(caller, dict) and caller.get("type") == "program":
+            return str(caller.get("caller_id", ""))
+        return ""
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
 
@@ -101,9 +117,10 @@ class ResponsesItems:
         if found == "reasoning":
             return "\n".join(_texts(item.get("summary")))
         if found in ANSWERS:
-            return "\n".join(_texts(item.get("output")))
+            return "\n".join(_texts(item.get("output", item.get("result"))))
         if found in CALLS:
-            return f"{item.get('name', found)}({item.get('arguments', item.get('input', ''))})"
+            said = item.get("arguments", item.get("input", item.get("code", "")))
+            return f"{item.get('name', found)}({said})"
         return ""
 
     def summary(self, text: str) -> Item:

@@ -1,10 +1,14 @@
 """The mock's `/v1/responses`: OpenAI's validation of input items, answers and event stream.
 
 Checks: the fields it reads have their types; items are well-formed; every
-`function_call_output` follows its `function_call` and every call has its
-output; a reasoning item is followed by the item it belongs to;
-instructions, input and tools fit the model's
-window (`context_limits`, estimated at four characters a token);
+output follows a call it may answer, by `call_id`, and every call has its
+output (a function, custom tool or local shell call; Codex answers a local
+shell call with a `function_call_output`), the calls of the response
+`previous_response_id` names included; a `program_output`, and a call a
+program makes (its `caller`), follow the `program` they name, and none
+follows its completed output; a reasoning item is followed by the item it
+belongs to; instructions, input and tools fit the model's window
+(`context_limits`, estimated at four characters a token);
 `previous_response_id` names a response this mock gave; a stored `prompt`
 or the previous response may stand for the input. A last user message
 containing "call tool NAME" gets a reasoning item and a call to NAME; a last
@@ -16,7 +20,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .chat import BadRequest, check_types, text_of
@@ -34,8 +39,83 @@ class Invalid(Exception):
         self.param, self.code = param, code
 
 
-def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
-    """The input items, or Invalid the way OpenAI's /v1/responses rejects them."""
+# A call's item type, the output types that may answer it (by `call_id`), and how an
+# error names it. Codex answers a local shell call with a function call's output.
+CALLS = {
+    "function_call": (("function_call_output",), "function call"),
+    "custom_tool_call": (("custom_tool_call_output",), "custom tool call"),
+    "local_shell_call": (("local_shell_call_output", "function_call_output"), "local shell call"),
+}
+OUTPUTS = frozenset(answer for answers, _ in CALLS.values() for answer in answers)
+REQUIRED = {
+    "function_call": ("call_id", "name", "arguments"),
+    "custom_tool_call": ("call_id", "name", "input"),
+    "local_shell_call": ("call_id",),
+    "program": ("call_id", "code", "fingerprint"),
+    "program_output": ("call_id", "result"),
+}
+
+
+@dataclass
+class Chain:
+    """What a request's items (after those of the response it continues) have made so far:
+    calls by id (their type), the calls answered, the programs run and those completed."""
+
+    calls: dict[str, str] = field(default_factory=dict)
+    answered: set[str] = field(default_factory=set)
+    programs: set[str] = field(default_factory=set)
+    completed: set[str] = field(default_factory=set)
+
+    def read(self, item: Json, where: str) -> None:
+        """Take in one item, or Invalid where OpenAI refuses it."""
+        kind = item.get("type", "message")
+        for key in REQUIRED.get(kind, ()):
+            if not isinstance(item.get(key), str):
+                raise Invalid(f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}")
+        caller = item.get("caller")
+        if isinstance(caller, dict) and caller.get("type") == "program":
+            self._owned(str(caller.get("caller_id")))
+        if kind in CALLS:
+            self.calls[item["call_id"]] = kind
+        elif kind in OUTPUTS:
+            call_id = item.get("call_id")
+            if kind not in CALLS.get(self.calls.get(str(call_id), ""), ((), ""))[0]:
+                raise Invalid(
+                    f"No tool call found for {kind.removesuffix('_output').replace('_', ' ')} "
+                    f"output with call_id {call_id}.",
+                    "input",
+                )
+            self.answered.add(str(call_id))
+        elif kind == "program":
+            self.programs.add(item["call_id"])
+        elif kind == "program_output":
+            self._owned(item["call_id"])
+            if item.get("status") not in ("completed", "incomplete"):
+                raise Invalid(f"Invalid value: '{item.get('status')}'.", f"{where}.status")
+            if item["status"] == "completed":
+                self.completed.add(item["call_id"])
+
+    def _owned(self, program: str) -> None:
+        if program not in self.programs:
+            raise Invalid(f"No program found with call_id {program}.", "input")
+        if program in self.completed:
+            raise Invalid(f"Program {program} has already completed.", "input")
+
+    def copy(self) -> Chain:
+        return Chain(dict(self.calls), set(self.answered), set(self.programs), set(self.completed))
+
+    def unanswered(self) -> None:
+        for call_id in sorted(set(self.calls) - self.answered):
+            name = CALLS[self.calls[call_id]][1]
+            raise Invalid(f"No tool output found for {name} {call_id}.", "input")
+
+
+def validate(
+    body: Any, windows: dict[str, int], known: Mapping[str, Chain]
+) -> tuple[list[Json], Chain]:
+    """The input items and what they and the response they continue made, or Invalid the
+    way OpenAI's /v1/responses rejects them. `known`: each response this mock gave, as it
+    left its chain (a request naming it may answer its calls)."""
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         raise Invalid("Missing required parameter: 'model'.", "model")
     try:
@@ -54,8 +134,7 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
     previous = body.get("previous_response_id")
     if previous is not None and previous not in known:
         raise Invalid(f"Previous response with id '{previous}' not found.", "previous_response_id")
-    calls: set[str] = set()
-    answered: set[str] = set()
+    chain = known[previous].copy() if previous is not None else Chain()
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -66,18 +145,6 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
                 raise Invalid(f"Invalid value: '{item.get('role')}'.", f"{where}.role")
             if not isinstance(item.get("content"), str | list):
                 raise Invalid(f"Missing required parameter: '{where}.content'.", f"{where}.content")
-        elif kind == "function_call":
-            for key in ("call_id", "name", "arguments"):
-                if not isinstance(item.get(key), str):
-                    raise Invalid(f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}")
-            calls.add(item["call_id"])
-        elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if call_id not in calls:
-                raise Invalid(
-                    f"No tool call found for function call output with call_id {call_id}.", "input"
-                )
-            answered.add(call_id)
         elif kind == "reasoning":
             after = items[i + 1] if i + 1 < len(items) else None
             if not isinstance(after, dict) or after.get("type") == "reasoning":
@@ -86,8 +153,8 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
                     "required following item.",
                     "input",
                 )
-    for call_id in sorted(calls - answered):
-        raise Invalid(f"No tool output found for function call {call_id}.", "input")
+        chain.read(item, where)
+    chain.unanswered()
     limit = windows.get(body["model"])
     parts = [body.get("instructions") or "", json.dumps(items), json.dumps(body.get("tools") or [])]
     tokens = sum(len(p) for p in parts) // 4
@@ -98,7 +165,7 @@ def validate(body: Any, windows: dict[str, int], known: set[str]) -> list[Json]:
             "input",
             "context_length_exceeded",
         )
-    return items
+    return items, chain
 
 
 def output_for(items: list[Json], digest: str, voice: Voice) -> list[Json]:

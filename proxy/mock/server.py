@@ -4,7 +4,8 @@ It routes each request to its wire's module (`chat`, `responses`,
 `anthropic`, `embeddings`), records every request (`requests`) and every
 answered model call with the prompt-cache hit the provider would have
 given it (`calls`), and lets a test script trouble: canned failures, a
-summariser that is down, slowness, a model's window.
+summariser that is down, slowness, a model's window, a request held until
+the test lets it go (turns that overlap, in the order the test chooses).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import asyncio
 import hashlib
 import json
 import math
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -41,6 +44,8 @@ CANNED: dict[str, tuple[int, str, str, str | None, dict[str, str]]] = {
     "error-401": (401, "Incorrect API key provided: sk-fake.", chat.INVALID, "invalid_api_key", {}),
 }
 CHAT = "/v1/chat/completions"
+# Responses a request may name as its previous one (OpenAI keeps them for 30 days).
+RESPONSES = 4096
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
@@ -103,7 +108,9 @@ class MockUpstream:
     requests: list[Recorded] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     failures: deque[tuple[int, Any, dict[str, str]]] = field(default_factory=deque)
-    response_ids: set[str] = field(default_factory=set)
+    held: deque[threading.Event] = field(default_factory=deque)
+    # Each response given, as it left its chain (its calls, those answered, its programs).
+    given: LRUCache[str, responses.Chain] = field(default_factory=lambda: LRUCache(RESPONSES))
     app: Starlette = field(init=False, repr=False)
     _seen: OrderedDict[str, int] = field(default_factory=OrderedDict, repr=False)
     _previous_head: str = field(default="", repr=False)
@@ -118,6 +125,12 @@ class MockUpstream:
         """Queue a canned error answer for the next (non-summariser) chat request."""
         body = oai_error(f"canned error {status}", "server_error") if body is None else body
         self.failures.append((status, body, dict(headers or {})))
+
+    def hold_next(self) -> threading.Event:
+        """Hold the next (non-summariser) request, once recorded, until the event is set."""
+        gate = threading.Event()
+        self.held.append(gate)
+        return gate
 
     def reset(self) -> None:
         self.requests.clear()
@@ -165,6 +178,8 @@ class MockUpstream:
         self.requests.append(Recorded(method, path, request.url.query, headers, body, raw))
         if self.slow_s:
             await asyncio.sleep(self.slow_s)
+        if self.held and not is_summary(path, body):
+            await asyncio.to_thread(self.held.popleft().wait)  # set from the test's thread
         route = (method, path)
         if route == ("POST", CHAT):
             return self.chat(raw, body)
@@ -241,7 +256,7 @@ class MockUpstream:
 
     def responses(self, raw: bytes, body: Any) -> Response:
         try:
-            items = responses.validate(body, self.context_limits, self.response_ids)
+            items, chain = responses.validate(body, self.context_limits, self.given)
         except responses.Invalid as exc:
             self._refused(exc)
             error = oai_error(str(exc), param=exc.param, code=exc.code)
@@ -264,7 +279,9 @@ class MockUpstream:
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,
         }
-        self.response_ids.add(f"resp_{digest}")
+        for item in output:
+            chain.read(item, "output")
+        self.given[f"resp_{digest}"] = chain
         final = responses.response_object(body, digest, output, "completed", usage)
         if body.get("stream"):
             return StreamingResponse(responses.events(final), media_type="text/event-stream")

@@ -150,6 +150,31 @@ def _attach_opaque(units: list[Unit]) -> list[Unit]:
     return out
 
 
+def _hold(units: list[Unit], dialect: Dialect) -> list[Unit]:
+    """Merge the units from a holding call (a program) to the last item it holds (the calls
+    it makes, their results, its outputs) into one; holders whose stretches overlap share one.
+
+    A program's output may come turns of calls after it: the units between are its work.
+    """
+    held = [{h for m in u.messages if (h := dialect.held_by(m))} for u in units]
+    last = {h: i for i, holders in enumerate(held) for h in holders}
+    out: list[Unit] = []
+    i = 0
+    while i < len(units):
+        end = j = i
+        while j <= end:  # the stretch grows while the units in it hold on further
+            end = max([end, *(last[h] for h in held[j])])
+            j += 1
+        if end == i:
+            out.append(units[i])
+        else:
+            out.append(
+                Unit.of(*(m for u in units[i : end + 1] for m in u.messages), dialect=dialect)
+            )
+        i = end + 1
+    return out
+
+
 def answered(messages: Iterable[Message], dialect: Dialect) -> set[str]:
     """The call ids the results among `messages` answer."""
     return {a for m in messages for a in dialect.answers(m)}
@@ -165,6 +190,8 @@ def group(
     units = _attach_results(units)
     if dialect.opaque_items and any(map(dialect.travels_with_next, messages)):
         units = _attach_opaque(units)
+    if dialect.separate_calls and any(map(dialect.held_by, messages)):
+        units = _hold(units, dialect)
     for step in passes:
         units = step(units)
     return tuple(units)

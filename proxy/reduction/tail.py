@@ -11,6 +11,9 @@ Reuse is exact, not approximate: units are a left fold in which a message
 can only join the unit right before it, and the repair passes act on each
 unit alone, so every unit but the last of a prefix is final. The last one is
 regrouped together with the new messages (a tool result may still join it).
+The one exception is an item a call holds (`Dialect.held_by`: what a running
+program does): its unit reaches back to the holder's, which is regrouped
+with everything after it.
 
 The running sums let `finish` keep a suffix of units without walking them:
 the tokens, client messages and forwarded messages before unit `i` are
@@ -144,7 +147,7 @@ def grouped_tail(
     if memo is not None and memo.repair == repair and memo.units:
         n = len(memo.messages)
         if n <= len(messages) and messages[:n] == memo.messages:
-            keep = len(memo.units) - 1
+            keep = _held_from(memo.units, messages[n:], dialect)
     start = memo.message_sums[keep] if memo is not None and keep else 0
     fresh = group(messages[start:], REPAIR_PASSES if repair else (), dialect)
     sizes = tuple(sum(count(m) for m in u.forward) for u in fresh)
@@ -164,6 +167,18 @@ def grouped_tail(
     )
     tail.keys.update({p: (n, d) for p, (n, d) in memo.keys.items() if n <= keep})
     return tail
+
+
+def _held_from(units: Sequence[Unit], new: Sequence[Message], dialect: Dialect) -> int:
+    """The first of `units` the `new` messages may join: the last one, or the earliest that
+    holds what one of them is held by (a program the new items carry on)."""
+    keep = len(units) - 1
+    holders = {h for m in new if (h := dialect.held_by(m))} if dialect.separate_calls else ()
+    if holders:
+        for i in range(keep - 1, -1, -1):
+            if any(dialect.held_by(m) in holders for m in units[i].messages):
+                keep = i
+    return keep
 
 
 def _build(

@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from ..blocks import continued
@@ -57,8 +57,9 @@ async def commit(
             _continue_branch(ctx, outcome, turn.snapshot.head)
             embed_next(ctx, outcome)
             if answer_id is not None and ctx.settings.responses.manage_server_state:
-                branch = _branch(outcome, turn.archive)
-                ctx.sessions.answered(outcome.key, answer_id, turn.archive[-1].hash, branch)
+                planned, added = _branch(outcome, turn.archive)
+                answer_hash = turn.archive[-1].hash
+                ctx.sessions.answered(outcome.key, answer_id, answer_hash, planned, added)
             return
         except Conflict:
             try:
@@ -76,14 +77,14 @@ async def commit(
     log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
 
 
-def _branch(outcome: Outcome, archived: Sequence[ArchiveEntry]) -> frozenset[str]:
+def _branch(outcome: Outcome, archived: Sequence[ArchiveEntry]) -> tuple[Set[str], list[str]]:
     """The chain hashes of the branch the turn's answer ends, when the turn tracks it: its
-    branch as planned and what it archived; none when it was applied after another turn
+    branch as planned, and what it archived; none when it was applied after another turn
     (a rebase in append mode), whose branch may be another chat's."""
     turn, planned = outcome.turn, outcome.lineage
     if planned is None or (not turn.hashes and turn.parent not in planned):
-        return frozenset()
-    return planned | {entry.hash for entry in archived}
+        return frozenset(), []
+    return planned, [entry.hash for entry in archived]
 
 
 def _continue_branch(ctx: AppContext, outcome: Outcome, head: str) -> None:

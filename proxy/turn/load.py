@@ -19,7 +19,7 @@ from ..dialects import Dialect
 from ..dialects.chat_completions import CHAT
 from ..errors import ProxyError
 from ..messages import Message, chain_hashes, digest, split_leading
-from ..store import ConvKey, StoreError
+from ..store import Conversation, ConvKey, StoreError
 from ..tokens import RequestCounts
 from .fairness import GROUP_STEP, let_others_run
 from .state import SnapshotState
@@ -59,14 +59,22 @@ async def load(
     mode: str,
     resend: Resend | None,
     dialect: Dialect = CHAT,
+    chained: Conversation | None = None,
 ) -> Loaded:
+    """The turn reconciled with the store; `chained`: the stored turn whose answer a
+    request continues by `previous_response_id` (an append-mode turn built on it)."""
     if mode == "append":
-        return await _append(ctx, key, messages, model, dialect)
+        return await _append(ctx, key, messages, model, dialect, chained)
     return await _full(ctx, key, messages, model, resend)
 
 
 async def _append(
-    ctx: AppContext, key: ConvKey, messages: list[Message], model: str, dialect: Dialect
+    ctx: AppContext,
+    key: ConvKey,
+    messages: list[Message],
+    model: str,
+    dialect: Dialect,
+    chained: Conversation | None,
 ) -> Loaded:
     # An append turn the store cannot write would be lost, and one it cannot
     # read would look like an unknown conversation: both are the store's 503.
@@ -81,7 +89,7 @@ async def _append(
         log.warning("append turn of %s refused: %s", key.conversation, problem)
         raise unavailable
     try:
-        stored = await ctx.store.latest(key)
+        stored = chained or await ctx.store.latest(key)
     except StoreError:
         ctx.metrics.store_errors.labels("latest").inc()
         raise unavailable from None
@@ -98,7 +106,11 @@ async def _append(
     )
     await ctx.counter.prime(model, turn.history)
     count = RequestCounts(ctx.counter, model, turn.history, None, None, 0)
-    return Loaded(turn, count, False, stored.turns, None, None, stored.head, key)
+    # A chained turn is stored as a branch of its own, with no turn count to check: applied
+    # after a turn committed meanwhile (another chat's, when both opened alike under a
+    # derived id) it would carry that chat's messages into its own.
+    version = None if chained is not None else stored.turns
+    return Loaded(turn, count, False, version, None, None, stored.head, key)
 
 
 async def _full(

@@ -32,7 +32,7 @@ from ..fastpath import Resend
 from ..intake import check_content_type, decoded, read_body
 from ..outcome import Outcome
 from ..reduction.types import STRATEGIES, is_strategy
-from ..store import ConvKey, StoreError
+from ..store import Conversation, ConvKey, StoreError
 from ..upstream import bearer_token, forward_headers, refused_operator_key, response_headers
 from .count import undercount
 from .fairness import LARGE_BODY, let_others_run
@@ -93,12 +93,16 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     headers.pop("content-encoding", None)  # what goes upstream is the decoded body, or ours
     streaming = wire.streams(payload)
     named = bool(given.get("x-conversation-id"))  # by the client, not derived
+    # A deletion after this is one the turn must not undo: a chained turn reads the stored
+    # state it continues here, before it waits for its conversation's lock.
+    began = time.monotonic()
+    chained: Conversation | None = None
     if wire.server_state(payload) is not None:  # the provider holds the conversation
         chained = await continued(ctx, wire, payload, given)
         if chained is None:
             return await as_sent(ctx, wire, body, headers, streaming, request.url.query)
-        given, resend = chained, Resend(ctx.sessions, chained, body, enabled=False)
-        mode = "append"
+        given = {**given, "x-conversation-id": chained.key.conversation}
+        resend, mode = Resend(ctx.sessions, given, body, enabled=False), "append"
     messages = wire.history(payload)
     prefill = wire.prefill(messages)
     if prefill is not None:  # the answer's start: the turn is the history before it
@@ -123,6 +127,8 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
             resend.of(key),
             named,
             prefill,
+            chained,
+            began,
         )
         forwarded = outcome.reduction.messages
         content = wire.render(body, payload, [*forwarded, prefill] if prefill else forwarded)
@@ -184,15 +190,20 @@ async def plan(
     resend: Resend | None = None,
     named: bool = False,
     prefill: Item | None = None,
+    chained: Conversation | None = None,
+    began: float | None = None,
 ) -> Outcome:
     """Load, reconcile and reduce the turn: what goes upstream, and what to store after.
 
     `named`: the client named the conversation (its id is not derived). `prefill`: the
     answer's start, forwarded after the reduced history and stored as the answer's.
+    `chained`: the stored turn a request chained by `previous_response_id` continues.
+    `began`: when the turn started reading stored state (a deletion after it is one the
+    turn must not undo); now when not given.
     """
-    began = time.monotonic()  # a deletion after this is one the turn must not undo
+    began = time.monotonic() if began is None else began
     model = str(payload["model"])
-    loaded = await load(ctx, key, messages, model, mode, resend, wire.items)
+    loaded = await load(ctx, key, messages, model, mode, resend, wire.items, chained)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
@@ -266,13 +277,15 @@ async def plan(
 
 async def continued(
     ctx: AppContext, wire: Wire, payload: dict[str, Any], given: dict[str, str]
-) -> dict[str, str] | None:
-    """A request chained to the latest answer this process relayed for its conversation,
-    as an append-mode turn of it (with `[responses] manage_server_state`), or None.
+) -> Conversation | None:
+    """The stored turn a request chained to the latest answer this process relayed for its
+    conversation continues, as an append-mode turn (`[responses] manage_server_state`);
+    None: the request goes as sent.
 
     The store must still end with that answer (not a later turn, from another
     process, say); the chain's id then leaves the payload: the request goes
-    upstream stateless, its history supplied by the store and reduced.
+    upstream stateless, its history supplied by that stored turn and reduced,
+    whatever is committed while it waits for its conversation's lock.
     """
     previous = payload.get("previous_response_id")
     if not ctx.settings.responses.manage_server_state or wire.server_state(payload) != (
@@ -291,7 +304,7 @@ async def continued(
     if state is None or state.answer_hash != answer_hash:
         return None
     del payload["previous_response_id"]
-    return {**given, "x-conversation-id": key.conversation, "x-context-mode": "append"}
+    return latest
 
 
 async def as_sent(

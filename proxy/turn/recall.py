@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,7 @@ class Lineage:
     """The chain a turn of a derived conversation resends (`hashes`, ending with `tip`):
     its recall reads that branch alone, never a chat that only opened alike."""
 
-    hashes: frozenset[str]
+    hashes: Set[str]
     tip: str
 
 
@@ -64,14 +64,15 @@ def branch_of(ctx: AppContext, key: ConvKey, turn: Turn) -> Lineage | None:
 
     A full-history turn resends it (unless the archive chains it from further back).
     A turn continued by `previous_response_id` sends only its new items: its branch
-    is the one kept with the answer it continues (`Sessions.answered`), and them.
+    is the one kept with the answer it continues (`Sessions.answered`), not copied
+    (its new items are archived on no other branch: their chain hashes hold it).
     """
     if turn.hashes:
         return Lineage(frozenset(turn.hashes), turn.hashes[-1]) if turn.rooted else None
     kept = ctx.sessions.lineage(key)
     if turn.parent not in kept:
         return None
-    return Lineage(kept | frozenset(turn.new_hashes), turn.tip)
+    return Lineage(kept, turn.tip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +172,7 @@ async def _search(
     room: int,
     unarchived: Unarchived | None,
     dialect: Dialect,
-    within: frozenset[str] | None,
+    within: Set[str] | None,
 ) -> tuple[str, int]:
     """The recall block for the question at `at` and how many messages it quotes ("", 0: none).
 
@@ -231,7 +232,7 @@ async def _ranked(
     context: Sequence[str],
     forwarded: frozenset[str],
     own: tuple[Sequence[Message], bool] | None,
-    within: frozenset[str] | None,
+    within: Set[str] | None,
 ) -> tuple[list[SearchHit], frozenset[int]]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
@@ -326,7 +327,7 @@ class Searched:
     queries: Sequence[tuple[Terms, bool]]
     limit: int
     forwarded: frozenset[str]
-    within: frozenset[str] | None = None
+    within: Set[str] | None = None
 
     @classmethod
     def of(

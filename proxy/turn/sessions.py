@@ -29,7 +29,7 @@ continue their own branch, so one's preparation never replaces the other's.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Set
 from dataclasses import dataclass, field
 
 from cachetools import LRUCache
@@ -88,7 +88,7 @@ class Session:
     recalled: Recalled | None = None
     openings: set[Hashable] = field(default_factory=set)
     response: tuple[str, str] | None = None  # the latest answer's id and chain hash
-    lineage: frozenset[str] = frozenset()  # that answer's branch (derived ids only)
+    lineage: set[str] = field(default_factory=set)  # that answer's branch (derived ids only)
     answer: bytes | None = None  # the digest of the latest stored turn's last message
 
     @property
@@ -162,13 +162,17 @@ class Sessions:
         key: ConvKey,
         response_id: str,
         answer_hash: str,
-        lineage: frozenset[str] = frozenset(),
+        lineage: Set[str] = frozenset(),
+        added: Iterable[str] = (),
     ) -> None:
         """The conversation's latest answer has this id (and chain hash), on the branch
-        of `lineage`'s chain hashes (kept for a derived id's recall; empty: not kept).
+        of `lineage`'s chain hashes and those `added` (kept for a derived id's recall;
+        none: not kept).
 
         Only the latest is kept: a request chained to an earlier answer (a
-        retry, a branch) would otherwise continue turns it never saw.
+        retry, a branch) would otherwise continue turns it never saw. A turn
+        that continued the branch kept here (`lineage` is it) extends it in
+        place: a chained turn costs what it adds, not the whole branch.
         """
         session = self._sessions.get(key) or Session()
         if session.response is not None:
@@ -179,11 +183,16 @@ class Sessions:
         self._openings[mark] = key
         session.openings.add(mark)
         session.response = (response_id, answer_hash)
-        session.lineage = lineage
+        if lineage is session.lineage:
+            session.lineage.update(added)
+        else:
+            session.lineage = {*lineage, *added}
         self._store(key, session)
 
-    def lineage(self, key: ConvKey) -> frozenset[str]:
-        """The chain hashes of the branch of the conversation's latest answer (see `answered`)."""
+    def lineage(self, key: ConvKey) -> Set[str]:
+        """The chain hashes of the branch of the conversation's latest answer (see `answered`):
+        the kept set itself, which only that branch's next chained turn extends (append-mode
+        turns of a conversation apply one at a time; any other turn replaces it)."""
         session = self._sessions.get(key)
         return session.lineage if session is not None else frozenset()
 
