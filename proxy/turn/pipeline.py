@@ -192,7 +192,7 @@ async def plan(
     """
     began = time.monotonic()  # a deletion after this is one the turn must not undo
     model = str(payload["model"])
-    loaded = await load(ctx, key, messages, model, mode, resend, wire.items)
+    loaded = await load(ctx, key, messages, model, mode, resend, wire)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
@@ -261,6 +261,7 @@ async def plan(
         began=began,
         prefill=prefill,
         lineage=None if named or not ctx.settings.recall.enabled else tracked,
+        route=wire.upstream_path,
     )
 
 
