@@ -6,12 +6,15 @@ stored history forwarded in the wrong format fails there as it would in producti
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 
 from proxy.mock import MockUpstream
@@ -103,3 +106,50 @@ def test_a_conversation_id_keeps_the_format_it_was_started_in(
     sent = upstream.messages_requests()[-1]
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert sent["system"] == "Be terse."
+
+
+def archived(db: Path, conversation: str) -> list[Any]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT m.message FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE c.conversation = ? ORDER BY m.seq",
+            (conversation,),
+        ).fetchall()
+    return [orjson.loads(row[0]) for row in rows]
+
+
+def test_a_prefill_sent_alone_in_append_mode_starts_the_answer(tmp_path: Path) -> None:
+    """An append-mode request of nothing but a prefill ("Also") was stored as a message of
+    its own, with the answer after it; it is now the start of the answer, stored as one
+    message with it, as in full-history mode."""
+    upstream, db = MockUpstream(), tmp_path / "p.db"
+    hi = [{"role": "user", "content": "hi"}]
+    prefill = {"role": "assistant", "content": "Also"}
+    with (
+        run_server(upstream.app) as upstream_url,
+        serve_proxy(upstream_url + "/v1", db, anthropic_url=upstream_url) as url,
+    ):
+        _, api = clients(url)
+        # In append mode: the prefill alone, then the next question.
+        ask(api, hi, **{"X-Conversation-Id": "appended"})
+        append = {"X-Conversation-Id": "appended", "X-Context-Mode": "append"}
+        answer = ask(api, [prefill], **append).content[0].text
+        assert upstream.messages_requests()[-1]["messages"][-1]["content"][-1]["text"] == "Also"
+        ask(api, [{"role": "user", "content": "next"}], **append)
+        # The same conversation as an app that resends it whole keeps it.
+        whole = {"X-Conversation-Id": "whole"}
+        first = ask(api, hi, **whole).content[0].text
+        history = [*hi, {"role": "assistant", "content": first}]
+        said = "Also" + ask(api, [*history, prefill], **whole).content[0].text
+        history += [{"role": "assistant", "content": said}, {"role": "user", "content": "next"}]
+        ask(api, history, **whole)
+    texts = [api_text(m) for m in archived(db, "appended")]
+    assert texts == ["hi", "Echo: hi", "Also" + answer, "next", "Echo: next"]
+    assert [api_text(m) for m in archived(db, "whole")] == texts
+    requests = upstream.messages_requests()
+    assert requests[-1]["messages"] == requests[-4]["messages"]  # the same history forwarded
+
+
+def api_text(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content)

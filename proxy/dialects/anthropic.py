@@ -197,7 +197,7 @@ class AnthropicWire(body_checks.JsonWire):
 
     def prefill(self, items: Sequence[Item]) -> Item | None:
         # Text only: an assistant message with calls or thinking is no answer's start.
-        last = items[-1] if len(items) > 1 else None  # a history of a prefill alone is no turn
+        last = items[-1] if items else None
         if last is None or last.get("role") != "assistant":
             return None
         content = last.get("content")

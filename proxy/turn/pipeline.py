@@ -101,6 +101,8 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         mode = "append"
     messages = wire.history(payload)
     prefill = wire.prefill(messages)
+    if len(messages) == 1 and mode != "append":
+        prefill = None  # a full history of a prefill alone is no turn
     if prefill is not None:  # the answer's start: the turn is the history before it
         messages = messages[:-1]
         resend = Resend(ctx.sessions, given, body, enabled=False)
