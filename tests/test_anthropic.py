@@ -126,6 +126,12 @@ def test_the_fake_accepts_the_generated_histories_and_grouping_keeps_rounds(
 def test_every_strategy_sends_what_anthropic_accepts(
     items: list[Item], strategy: str, window: int
 ) -> None:
+    accepted(items, strategy, window)
+
+
+def accepted(items: list[Item], strategy: str, window: int) -> None:
+    """`items` reduced by `strategy` go as Anthropic accepts them, the client's own blocks
+    unchanged (texts of messages without thinking may be cut)."""
     original = copy.deepcopy(items)
     reduction = reduced(items, strategy, window)
     if reduction is None:

@@ -55,6 +55,9 @@ class Items:
     def travels_with_next(self, item: Item) -> bool:
         return item.get("type") == "reasoning"
 
+    def continues(self, item: Item) -> bool:
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(i.get("type") in ("function_call", "function_call_output") for i in items)
 

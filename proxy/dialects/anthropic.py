@@ -56,6 +56,25 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
+# A tool Anthropic runs itself (web search, code execution, an MCP server's tool): the
+# model's use of it and its result (`web_search_tool_result`, `mcp_tool_result`, ...) both
+# sit in assistant messages, the result after the use.
+SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
+
+
+def is_server_result(block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
+
+
+def called_from(block: dict[str, Any]) -> Any:
+    """The server tool use (code execution) whose code made this call, if any."""
+    caller = block.get("caller")
+    if not isinstance(caller, dict) or caller.get("type") == "direct":
+        return None
+    return caller.get("tool_id")
+
+
 # In place of a user message that held nothing but results of calls the history
 # lacks: dropped, it would leave two assistant messages side by side, a history
 # ending on the assistant's message (which Anthropic reads as a prefill), or none.
@@ -99,6 +118,20 @@ class AnthropicItems:
         }
 
     def travels_with_next(self, item: Item) -> bool:
+        return False
+
+    def continues(self, item: Item) -> bool:
+        # A server tool's result, or a call made from code, whose server tool use is in an
+        # earlier message: code execution that waited on the client's tools, or a paused turn.
+        if item.get("role") != "assistant":
+            return False
+        content = blocks(item)
+        own = {b.get("id") for b in content if b.get("type") in SERVER_USES}
+        for b in content:
+            if is_server_result(b) and b.get("tool_use_id") not in own:
+                return True
+            if called_from(b) not in (None, *own):
+                return True
         return False
 
     def holds_tools(self, items: Sequence[Item]) -> bool:

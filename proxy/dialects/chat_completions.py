@@ -54,6 +54,9 @@ class ChatCompletions:
     def travels_with_next(self, item: Item) -> bool:
         return False
 
+    def continues(self, item: Item) -> bool:
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         # A message at a time in C: this runs over the tail of every turn.
         if any(map(operator.contains, items, repeat("tool_calls"))):

@@ -91,6 +91,9 @@ class ResponsesItems:
     def travels_with_next(self, item: Item) -> bool:
         return kind(item) == "reasoning"
 
+    def continues(self, item: Item) -> bool:
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
 

@@ -7,7 +7,9 @@ a `tool_result` at the start of the next user message, and every result
 answering a call of the message before; thinking blocks first in their
 message, with the signature this mock gave them (a signature
 it never issues, from a recorded transcript, passes unchecked); at most four
-`cache_control` breakpoints; the prompt and `max_tokens` within the model's
+`cache_control` breakpoints; server tool results (web search, code execution,
+MCP) after their use, tools called from code naming that code, and their
+results alone in their message; the prompt and `max_tokens` within the model's
 window (`context_limits`, four characters a token). A last user message
 containing "call tool NAME" gets a thinking block and a call to NAME; a
 last tool result or user message gets the voice's answer to it. Streams
@@ -113,7 +115,10 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     if messages[0].get("role") != "user":
         raise Invalid('messages: first message must use the "user" role')
     calls: list[str] = []
+    served: set[str] = set()  # server and MCP tool uses so far (their results follow them)
+    programmatic: set[str] = set()  # calls made from code execution
     for i, message in enumerate(messages):
+        server_tools(i, message, served, programmatic)
         role = message.get("role")
         if i and role == messages[i - 1].get("role"):
             raise Invalid(f'messages.{i}: roles must alternate between "user" and "assistant"')
@@ -156,6 +161,49 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     if limit is not None and tokens + max_tokens > limit:
         raise Invalid(f"prompt is too long: {tokens} tokens > {limit - max_tokens} maximum")
     return messages
+
+
+# Blocks the model writes about a tool Anthropic runs: the use, then its result
+# (`web_search_tool_result`, `code_execution_tool_result`, ...), in assistant messages.
+SERVER_USES = ("server_tool_use", "mcp_tool_use")
+
+
+def server_result(block: Json) -> bool:
+    kind = str(block.get("type", ""))
+    return kind != "tool_result" and kind.endswith("_tool_result")
+
+
+def server_tools(i: int, message: Json, served: set[str], programmatic: set[str]) -> None:
+    """Anthropic's rules for server tools and programmatic tool calling, on one message.
+
+    A server tool's result answers a use made before it (in its message, or an earlier
+    one, when code execution waited on the client's tools); a tool called from code
+    names that code's use; the results of such calls come alone in their message.
+    """
+    content = blocks(message)
+    if message.get("role") == "user":
+        answers = {str(b.get("tool_use_id")) for b in content if b.get("type") == "tool_result"}
+        if answers & programmatic and any(b.get("type") != "tool_result" for b in content):
+            raise Invalid(
+                f"messages.{i}: a message answering tool calls made from code execution "
+                "can only contain tool_result blocks"
+            )
+        if any(server_result(b) or b.get("type") in SERVER_USES for b in content):
+            raise Invalid(f"messages.{i}: server tool blocks belong in assistant messages")
+        return
+    for b in content:
+        if b.get("type") in SERVER_USES:
+            served.add(str(b.get("id")))
+        elif server_result(b) and str(b.get("tool_use_id")) not in served:
+            raise Invalid(
+                f"messages.{i}: {b.get('type')} block's tool_use_id does not match any "
+                "server_tool_use before it"
+            )
+        caller = b.get("caller") if b.get("type") == "tool_use" else None
+        if isinstance(caller, dict) and caller.get("type") != "direct":
+            if str(caller.get("tool_id")) not in served:
+                raise Invalid(f"messages.{i}: caller.tool_id names no server_tool_use")
+            programmatic.add(str(b.get("id")))
 
 
 def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[Json], str]:

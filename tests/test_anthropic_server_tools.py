@@ -1,0 +1,220 @@
+"""Server tools and programmatic tool calling on `/v1/messages`, as the core groups and
+reduces them: a server tool's use and its result (web search, code execution, MCP), a
+tool called from code and the code's use, are never separated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.dialects import Item
+from proxy.dialects.anthropic import ANTHROPIC
+from proxy.mock import MockUpstream
+from proxy.mock import anthropic as mock_anthropic
+from proxy.reduction import STRATEGIES
+from proxy.reduction.chains import group
+
+from .servers import run_server, serve_proxy
+from .test_anthropic import HEADERS, SLOW, accepted, text, user
+
+
+def server_use(use_id: str, name: str, **given: Any) -> dict[str, Any]:
+    return {"type": "server_tool_use", "id": use_id, "name": name, "input": given}
+
+
+def called(call_id: str, code: str) -> dict[str, Any]:
+    """A tool call made from the code of server tool use `code` (programmatic calling)."""
+    caller = {"type": "code_execution_20250825", "tool_id": code}
+    return {
+        "type": "tool_use",
+        "id": call_id,
+        "name": "lookup",
+        "input": {"q": call_id},
+        "caller": caller,
+    }
+
+
+def answered(call_id: str, body: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": call_id, "content": body}
+
+
+def web_search(n: int, size: int) -> Item:
+    found = [
+        {
+            "type": "web_search_result",
+            "url": f"https://e.com/{n}",
+            "title": "t" * size,
+            "encrypted_content": "E" * size,
+        }
+    ]
+    return {
+        "role": "assistant",
+        "content": [
+            text("Searching."),
+            server_use(f"srvtoolu_w{n}", "web_search", query=f"q{n}"),
+            {"type": "web_search_tool_result", "tool_use_id": f"srvtoolu_w{n}", "content": found},
+            text(f"Found {n}."),
+        ],
+    }
+
+
+def mcp(n: int, size: int) -> Item:
+    return {
+        "role": "assistant",
+        "content": [
+            {
+                "type": "mcp_tool_use",
+                "id": f"mcptoolu_{n}",
+                "name": "get",
+                "server_name": "docs",
+                "input": {},
+            },
+            {
+                "type": "mcp_tool_result",
+                "tool_use_id": f"mcptoolu_{n}",
+                "is_error": False,
+                "content": [text("m" * size)],
+            },
+            text(f"MCP said {n}."),
+        ],
+    }
+
+
+def programmatic(n: int, rounds: int, size: int) -> list[Item]:
+    """Code that calls the client's tool `rounds` times, then its result and an answer."""
+    code = f"srvtoolu_c{n}"
+    items: list[Item] = []
+    for r in range(rounds):
+        head = (
+            [text("Running code."), server_use(code, "code_execution", code="...")]
+            if r == 0
+            else []
+        )
+        items.append({"role": "assistant", "content": [*head, called(f"toolu_{n}_{r}", code)]})
+        items.append(user(answered(f"toolu_{n}_{r}", "r" * size)))
+    output = {
+        "type": "code_execution_result",
+        "stdout": "o" * size,
+        "stderr": "",
+        "return_code": 0,
+        "content": [],
+    }
+    final = {"type": "code_execution_tool_result", "tool_use_id": code, "content": output}
+    items.append({"role": "assistant", "content": [final, text(f"The code found {n}.")]})
+    return items
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Item]:
+    """Turns whose answers use server tools, MCP tools or code calling the client's tools."""
+    items: list[Item] = []
+    for n in range(draw(st.integers(1, 7))):
+        upload = (
+            [{"type": "container_upload", "file_id": f"file_{n}"}] if draw(st.booleans()) else []
+        )
+        items.append(user(text(f"q{n} " + "x" * draw(st.integers(0, 300))), *upload))
+        size = draw(st.integers(0, 400))
+        kind = draw(st.sampled_from(["web", "mcp", "code", "plain"]))
+        if kind == "web":
+            items.append(web_search(n, size))
+        elif kind == "mcp":
+            items.append(mcp(n, size))
+        elif kind == "code":
+            items.extend(programmatic(n, draw(st.integers(1, 3)), size))
+        else:
+            items.append({"role": "assistant", "content": [text(f"a{n} " + "z" * size)]})
+    items.append(user(text("the new question")))
+    return items
+
+
+@SLOW
+@given(histories())
+def test_the_fake_accepts_them_and_a_unit_holds_the_code_and_what_it_called(
+    items: list[Item],
+) -> None:
+    mock_anthropic.validate({"model": "c", "max_tokens": 9, "messages": items}, HEADERS, {})
+    units = group(items, (), ANTHROPIC)
+    assert [m for u in units for m in u.messages] == items
+    for unit in units:  # a unit whose first message starts code holds the code's result
+        first = unit.messages[0]["content"]
+        if any(b.get("name") == "code_execution" for b in first if isinstance(b, dict)):
+            last = unit.messages[-1]["content"]
+            assert last[0]["type"] == "code_execution_tool_result"
+
+
+@SLOW
+@given(
+    histories(),
+    st.sampled_from([s for s in STRATEGIES if s != "none"] + ["mask+tokens"]),
+    st.integers(300, 4000),
+)
+def test_every_strategy_keeps_server_tools_with_their_results(
+    items: list[Item], strategy: str, window: int
+) -> None:
+    accepted(items, strategy, window)
+
+
+def test_the_fake_refuses_server_tool_blocks_out_of_place() -> None:
+    question = user(text("q"))
+    ran = programmatic(0, 1, 5)
+    broken = {
+        "a result without its use": [question, {**ran[-1]}],
+        "a call from code that is not there": [
+            question,
+            {**ran[0], "content": ran[0]["content"][2:]},
+        ],
+        "text beside the results of calls from code": [
+            question,
+            ran[0],
+            user(*ran[1]["content"], text("and?")),
+        ],
+        "a server result in a user message": [
+            question,
+            web_search(0, 1),
+            user(ran[-1]["content"][0]),
+        ],
+    }
+    for name, messages in broken.items():
+        with pytest.raises(mock_anthropic.Invalid):
+            mock_anthropic.validate(
+                {"model": "c", "max_tokens": 9, "messages": messages}, HEADERS, {}
+            )
+            pytest.fail(name)
+
+
+@pytest.mark.integration
+def test_an_agent_whose_code_calls_its_tools_is_reduced_and_anthropic_accepts_it(
+    tmp_path: Path,
+) -> None:
+    """Through the real server with the `anthropic` client: answers that ran code calling
+    the app's tools (as Anthropic sends them) stay whole through windows and summaries."""
+    upstream = MockUpstream(context_limits={"claude-tiny": 3000})
+    with (
+        run_server(upstream.app) as upstream_url,
+        serve_proxy(
+            upstream_url + "/v1",
+            tmp_path / "p.db",
+            windows={"claude-tiny": 3000},
+            anthropic_url=upstream_url,
+            reduction_strategy="messages",
+        ) as url,
+        anthropic.Anthropic(base_url=url, api_key="sk-ant-code", max_retries=0) as api,
+    ):
+        history: list[Any] = []
+        kinds = set()
+        for n in range(24):
+            history.append({"role": "user", "content": f"Question {n}: " + "how many? " * 20})
+            raw = api.messages.with_raw_response.create(
+                model="claude-tiny", max_tokens=128, messages=history
+            )
+            kinds.add(raw.headers["x-context-reduction"])
+            history.pop()
+            # The app keeps Anthropic's answers: code that called its tool in two rounds.
+            history += [user(text(f"Question {n}: " + "how many? " * 20)), *programmatic(n, 2, 120)]
+    assert "windowed" in kinds
+    assert len(upstream.messages_requests()) == 24  # each one accepted by the fake
