@@ -4,6 +4,8 @@ tool called from code and the code's use, are never separated."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,24 +189,32 @@ def test_the_fake_refuses_server_tool_blocks_out_of_place() -> None:
             pytest.fail(name)
 
 
+@contextlib.contextmanager
+def proxied(tmp_path: Path, **env: str) -> Iterator[tuple[MockUpstream, anthropic.Anthropic]]:
+    """The mock upstream with a small window, the real server, and the `anthropic` client."""
+    upstream = MockUpstream(context_limits={"claude-tiny": 3000})
+    windows = {"claude-tiny": 3000}
+    with (
+        run_server(upstream.app) as upstream_url,
+        serve_proxy(
+            upstream_url + "/v1",
+            tmp_path / "p.db",
+            windows=windows,
+            anthropic_url=upstream_url,
+            **env,
+        ) as url,
+        anthropic.Anthropic(base_url=url, api_key="sk-ant-code", max_retries=0) as api,
+    ):
+        yield upstream, api
+
+
 @pytest.mark.integration
 def test_an_agent_whose_code_calls_its_tools_is_reduced_and_anthropic_accepts_it(
     tmp_path: Path,
 ) -> None:
     """Through the real server with the `anthropic` client: answers that ran code calling
     the app's tools (as Anthropic sends them) stay whole through windows and summaries."""
-    upstream = MockUpstream(context_limits={"claude-tiny": 3000})
-    with (
-        run_server(upstream.app) as upstream_url,
-        serve_proxy(
-            upstream_url + "/v1",
-            tmp_path / "p.db",
-            windows={"claude-tiny": 3000},
-            anthropic_url=upstream_url,
-            reduction_strategy="messages",
-        ) as url,
-        anthropic.Anthropic(base_url=url, api_key="sk-ant-code", max_retries=0) as api,
-    ):
+    with proxied(tmp_path, reduction_strategy="messages") as (upstream, api):
         history: list[Any] = []
         kinds = set()
         for n in range(24):
@@ -218,3 +228,63 @@ def test_an_agent_whose_code_calls_its_tools_is_reduced_and_anthropic_accepts_it
             history += [user(text(f"Question {n}: " + "how many? " * 20)), *programmatic(n, 2, 120)]
     assert "windowed" in kinds
     assert len(upstream.messages_requests()) == 24  # each one accepted by the fake
+
+
+def test_what_server_tools_said_is_read_for_summaries_and_search() -> None:
+    """The code run, its output, a search's hits and an MCP tool's answer are words a
+    summary and recall read; encrypted and base64 content is not."""
+    code, _, _, _, final = programmatic(1, 2, 3)
+    assert (
+        ANTHROPIC.text(code)
+        == 'Running code.\ncode_execution({"code":"..."})\nlookup({"q":"toolu_1_0"})'
+    )
+    assert ANTHROPIC.text(final) == "ooo\nThe code found 1."
+    assert ANTHROPIC.text(web_search(2, 3)) == (
+        'Searching.\nweb_search({"query":"q2"})\nhttps://e.com/2\nttt\nFound 2.'
+    )
+    assert ANTHROPIC.text(mcp(3, 3)) == "get({})\nmmm\nMCP said 3."
+    page = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "Page."},
+    }
+    fetched = {"type": "web_fetch_result", "url": "https://e.com", "content": page}
+    result = {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_f", "content": fetched}
+    assert ANTHROPIC.text({"role": "assistant", "content": [result]}) == "https://e.com\nPage."
+
+
+@pytest.mark.integration
+def test_recall_finds_a_fact_the_code_printed(tmp_path: Path) -> None:
+    fact = "The checksum of build 812 is 5f3ac9 and its artifact sits in bucket otter-7."
+    with proxied(tmp_path, recall_enabled="true") as (upstream, api):
+        output = {
+            "type": "code_execution_result",
+            "stdout": fact,
+            "stderr": "",
+            "return_code": 0,
+            "content": [],
+        }
+        ran = [
+            server_use("srvtoolu_1", "code_execution", code="print(checksum())"),
+            {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": output},
+            text("Done."),
+        ]
+        history: list[Any] = [user(text("Check build 812.")), {"role": "assistant", "content": ran}]
+        for i in range(60):
+            history.append(user(text(f"Turn {i}: tell me about day {i} of the trip.")))
+            answer = api.messages.create(
+                model="claude-tiny",
+                max_tokens=128,
+                messages=history,
+                extra_headers={"X-Conversation-Id": "build"},
+            )
+            history.append({"role": "assistant", "content": answer.content[0].text})
+        history.append(user(text("Which bucket holds the artifact of build 812?")))
+        api.messages.create(
+            model="claude-tiny",
+            max_tokens=128,
+            messages=history,
+            extra_headers={"X-Conversation-Id": "build"},
+        )
+    asked = upstream.messages_requests()[-1]["messages"]
+    assert fact not in str(asked[:-1]), "the code's answer was reduced away before the question"
+    assert fact in asked[-1]["content"][0]["text"]

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..blocks import THINKING
+from ..messages import text_of
 from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
 from .anthropic_answer import MessagesAssembler, message_from_body
@@ -31,25 +32,6 @@ def blocks(item: Item) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         return []
     return [b for b in content if isinstance(b, dict)]
-
-
-def _block_text(block: dict[str, Any]) -> str:
-    kind = block.get("type")
-    if kind == "text":
-        return str(block.get("text", ""))
-    if kind == "tool_use":
-        return f"{block.get('name', 'tool')}({orjson.dumps(block.get('input')).decode()})"
-    if kind == "tool_result":
-        return _content_text(block.get("content"))
-    return ""
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(_block_text(b) for b in content if isinstance(b, dict))
-    return ""
 
 
 def _text_block(text: str) -> dict[str, Any]:
@@ -140,7 +122,7 @@ class AnthropicItems:
         )
 
     def text(self, item: Item) -> str:
-        return _content_text(item.get("content"))
+        return text_of(item)
 
     def summary(self, text: str) -> Item:
         return {"role": "user", "content": [_text_block(text)]}
