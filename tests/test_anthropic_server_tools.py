@@ -23,6 +23,7 @@ from proxy.reduction.chains import group
 
 from .servers import run_server, serve_proxy
 from .test_anthropic import HEADERS, SLOW, accepted, text, user
+from .test_media_tokens import b64, pdf
 
 
 def server_use(use_id: str, name: str, **given: Any) -> dict[str, Any]:
@@ -288,3 +289,31 @@ def test_recall_finds_a_fact_the_code_printed(tmp_path: Path) -> None:
     asked = upstream.messages_requests()[-1]["messages"]
     assert fact not in str(asked[:-1]), "the code's answer was reduced away before the question"
     assert fact in asked[-1]["content"][0]["text"]
+
+
+@pytest.mark.integration
+def test_a_pdf_the_model_fetched_goes_on_as_the_pages_it_is(tmp_path: Path) -> None:
+    """Counted by its base64's size (500,066 tokens), a 3-page PDF web fetch read was reduced
+    away from a 200k window on the next turn; it counts as its pages and stays."""
+    source = {"type": "base64", "media_type": "application/pdf", "data": b64(pdf(3, 1_500_000))}
+    fetched = {
+        "type": "web_fetch_result",
+        "url": "https://example.com/lease.pdf",
+        "content": {"type": "document", "source": source},
+    }
+    read = [
+        server_use("srvtoolu_f", "web_fetch", url="https://example.com/lease.pdf"),
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_f", "content": fetched},
+        text("The lease runs to 2031."),
+    ]
+    history = [
+        user(text("Read my lease.")),
+        {"role": "assistant", "content": read},
+        user(text("When can I leave?")),
+    ]
+    with proxied(tmp_path) as (upstream, api):
+        raw = api.messages.with_raw_response.create(
+            model="claude-opus-4-7", max_tokens=1024, messages=history
+        )
+    assert raw.headers["x-context-reduction"] == "none"
+    assert upstream.messages_requests()[-1]["messages"] == history
