@@ -42,6 +42,7 @@ def _text_block(text: str) -> dict[str, Any]:
 # model's use of it and its result (`web_search_tool_result`, `mcp_tool_result`, ...) both
 # sit in assistant messages, the result after the use.
 SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
+PLAIN = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
 
 
 def is_server_result(block: dict[str, Any]) -> bool:
@@ -105,7 +106,11 @@ class AnthropicItems:
     def continues(self, item: Item) -> bool:
         # A server tool's result, or a call made from code, whose server tool use is in an
         # earlier message: code execution that waited on the client's tools, or a paused turn.
-        if item.get("role") != "assistant":
+        content = item.get("content")
+        if item.get("role") != "assistant" or type(content) is not list:
+            return False
+        # Most messages hold text, thinking and direct calls only: read once, in C.
+        if all(type(b) is dict and b.get("type") in PLAIN and "caller" not in b for b in content):
             return False
         content = blocks(item)
         own = {b.get("id") for b in content if b.get("type") in SERVER_USES}
