@@ -319,3 +319,43 @@ def test_a_pdf_the_model_fetched_goes_on_as_the_pages_it_is(tmp_path: Path) -> N
         )
     assert raw.headers["x-context-reduction"] == "none"
     assert upstream.messages_requests()[-1]["messages"] == history
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("strategy", ["summarize", "mask+tokens"])
+def test_code_that_calls_the_apps_tool_streams_is_stored_and_goes_on(
+    tmp_path: Path, strategy: str
+) -> None:
+    """An app on programmatic tool calling, streamed and not, with the answers as Anthropic
+    sends them: stored with their `caller`, resent, reduced, and accepted every turn."""
+    with proxied(tmp_path, reduction_strategy=strategy) as (upstream, api):
+        history: list[Any] = []
+        kinds = []
+        for n in range(40):
+            ask = f"Turn {n}: " + (
+                "run code calling lookup" if n % 3 == 0 else "how is day {n}? " * 8
+            )
+            history.append({"role": "user", "content": ask})
+            while True:
+                kwargs: Any = {"model": "claude-tiny", "max_tokens": 128, "messages": history}
+                headers = {"X-Conversation-Id": f"code-{strategy}"}
+                if n % 2:
+                    with api.messages.stream(**kwargs, extra_headers=headers) as events:
+                        message = events.get_final_message()
+                        kinds.append(events.response.headers["x-context-reduction"])
+                else:
+                    raw = api.messages.with_raw_response.create(**kwargs, extra_headers=headers)
+                    message = raw.parse()
+                    kinds.append(raw.headers["x-context-reduction"])
+                content = [b.model_dump(exclude_none=True) for b in message.content]
+                history.append({"role": "assistant", "content": content})
+                calls = [b for b in content if b["type"] == "tool_use"]
+                if not calls:
+                    break
+                assert calls[0]["caller"]["tool_id"] == content[0]["id"]
+                out = f"City {n}: " + "a long report of museums and parks. " * 12
+                history.append(user(answered(calls[0]["id"], out)))
+    assert any(k != "none" for k in kinds), "reduced"
+    finished = [m for m in history if m["role"] == "assistant" and ANTHROPIC.continues(m)]
+    assert len(finished) == 14  # every code run ended with its result
+    assert len(upstream.messages_requests()) == 40 + 14  # each accepted by the fake

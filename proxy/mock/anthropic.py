@@ -11,8 +11,10 @@ it never issues, from a recorded transcript, passes unchecked); at most four
 MCP) after their use, tools called from code naming that code, and their
 results alone in their message; the prompt and `max_tokens` within the model's
 window (`context_limits`, four characters a token). A last user message
-containing "call tool NAME" gets a thinking block and a call to NAME; a
-last tool result or user message gets the voice's answer to it. Streams
+containing "call tool NAME" gets a thinking block and a call to NAME, one
+containing "run code calling NAME" code that calls NAME (programmatic tool
+calling), whose result follows the call's; a last tool result or user
+message gets the voice's answer to it. Streams
 carry Anthropic's event sequence.
 """
 
@@ -206,13 +208,49 @@ def server_tools(i: int, message: Json, served: set[str], programmatic: set[str]
             programmatic.add(str(b.get("id")))
 
 
+# "run code calling NAME" asks for code (a code execution server tool use) that calls
+# the app's tool NAME: programmatic tool calling.
+CODE = re.compile(r"run code calling\s*(\w*)", re.IGNORECASE)
+
+
 def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[Json], str]:
     """The content blocks answering the last message, and the stop reason."""
     last = messages[-1]
     results = [b for b in blocks(last) if b.get("type") == "tool_result"]
     if results:
-        return [{"type": "text", "text": voice.tool_reply(text_of(last))}], "end_turn"
+        reply = voice.tool_reply(text_of(last))
+        code = _running(messages)
+        if code is None:
+            return [{"type": "text", "text": reply}], "end_turn"
+        output = {
+            "type": "code_execution_result",
+            "stdout": reply,
+            "stderr": "",
+            "return_code": 0,
+            "content": [],
+        }
+        done = {"type": "code_execution_tool_result", "tool_use_id": code, "content": output}
+        return [done, {"type": "text", "text": "The code finished."}], "end_turn"
     text = text_of(last)
+    coded = CODE.search(text)
+    if coded:
+        code, name = f"srvtoolu_{digest}", coded.group(1) or "lookup"
+        caller = {"type": "code_execution_20250825", "tool_id": code}
+        return [
+            {
+                "type": "server_tool_use",
+                "id": code,
+                "name": "code_execution",
+                "input": {"code": f"print({name}())"},
+            },
+            {
+                "type": "tool_use",
+                "id": f"toolu_{digest}",
+                "name": name,
+                "input": {},
+                "caller": caller,
+            },
+        ], "tool_use"
     name = tool_name(text)
     if name:
         thought = f"The user wants {name}; I will call it ({digest[:6]})."
@@ -222,6 +260,17 @@ def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[J
             {"type": "tool_use", "id": f"toolu_{digest}", "name": name, "input": arguments},
         ], "tool_use"
     return [{"type": "text", "text": voice.reply(text)}], "end_turn"
+
+
+def _running(messages: list[Json]) -> str | None:
+    """The code whose calls the last message answers, if they were made from code."""
+    if len(messages) < 2:
+        return None
+    for b in blocks(messages[-2]):
+        caller = b.get("caller")
+        if b.get("type") == "tool_use" and isinstance(caller, dict) and "tool_id" in caller:
+            return str(caller["tool_id"])
+    return None
 
 
 async def events(final: Json) -> AsyncIterator[bytes]:
@@ -251,12 +300,14 @@ async def events(final: Json) -> AsyncIterator[bytes]:
                 yield event("content_block_delta", index=index, delta=delta)
             delta = {"type": "signature_delta", "signature": block["signature"]}
             yield event("content_block_delta", index=index, delta=delta)
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "server_tool_use"):
             yield event("content_block_start", index=index, content_block={**block, "input": {}})
             arguments = json.dumps(block["input"])
             for i in range(0, len(arguments), 7):
                 delta = {"type": "input_json_delta", "partial_json": arguments[i : i + 7]}
                 yield event("content_block_delta", index=index, delta=delta)
+        else:  # a server tool's result arrives whole
+            yield event("content_block_start", index=index, content_block=block)
         yield event("content_block_stop", index=index)
     delta = {"stop_reason": final["stop_reason"], "stop_sequence": None}
     yield event("message_delta", delta=delta, usage={"output_tokens": 8})
