@@ -42,6 +42,7 @@ def _text_block(text: str) -> dict[str, Any]:
 # model's use of it and its result (`web_search_tool_result`, `mcp_tool_result`, ...) both
 # sit in assistant messages, the result after the use.
 SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
+# Blocks that go on with nothing begun before them (a `tool_use` without a `caller`).
 PLAIN = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
 
 
