@@ -118,7 +118,10 @@ def archived(db: Path, conversation: str) -> list[Any]:
     return [orjson.loads(row[0]) for row in rows]
 
 
-def test_a_prefill_sent_alone_in_append_mode_starts_the_answer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prefill_sent_alone_in_append_mode_starts_the_answer(
+    tmp_path: Path, stream: bool
+) -> None:
     """An append-mode request of nothing but a prefill ("Also") was stored as a message of
     its own, with the answer after it; it is now the start of the answer, stored as one
     message with it, as in full-history mode."""
@@ -133,7 +136,12 @@ def test_a_prefill_sent_alone_in_append_mode_starts_the_answer(tmp_path: Path) -
         # In append mode: the prefill alone, then the next question.
         ask(api, hi, **{"X-Conversation-Id": "appended"})
         append = {"X-Conversation-Id": "appended", "X-Context-Mode": "append"}
-        answer = ask(api, [prefill], **append).content[0].text
+        if stream:
+            kwargs: Any = {"model": MODEL, "max_tokens": 64, "system": "Be terse."}
+            with api.messages.stream(**kwargs, messages=[prefill], extra_headers=append) as s:
+                answer = s.get_final_message().content[0].text
+        else:
+            answer = ask(api, [prefill], **append).content[0].text
         assert upstream.messages_requests()[-1]["messages"][-1]["content"][-1]["text"] == "Also"
         ask(api, [{"role": "user", "content": "next"}], **append)
         # The same conversation as an app that resends it whole keeps it.
