@@ -123,13 +123,13 @@ def _unmarked(content: list[Any]) -> list[Any]:
 
 
 def said(part: Any) -> str:
-    """What a content part says in words: its text; for Anthropic's blocks, a tool call as
-    `name(input)` and a tool result as the text of what it holds. Images, thinking and
-    other blocks say nothing here.
+    """What a content part says in words: its text; for Anthropic's blocks, a tool call (the
+    app's, a server tool's, an MCP server's) as `name(input)` and a tool result as the
+    text of what it holds. Images, thinking and other blocks say nothing here.
 
-    A tool's output is what an agent reads most (a file, a command's log): search
-    and summaries must see it inside a result block as they do in a chat `tool`
-    message.
+    A tool's output is what an agent reads most (a file, a command's log, the code
+    it ran, a page it searched): search and summaries must see it inside a result
+    block as they do in a chat `tool` message.
     """
     if type(part) is not dict:
         return ""
@@ -137,17 +137,42 @@ def said(part: Any) -> str:
     if isinstance(text, str):
         return text
     kind = part.get("type")
-    if kind == "tool_result":
+    if kind in ("tool_result", "mcp_tool_result"):
         inner = part.get("content")
         if isinstance(inner, str):
             return inner
         if isinstance(inner, list):
             return "\n".join(t for t in map(said, inner) if t)
         return ""
-    if kind == "tool_use":
+    if kind in CALLS:
         arguments = orjson.dumps(part.get("input"), option=orjson.OPT_NON_STR_KEYS).decode()
         return f"{part.get('name', '')}({arguments})"
+    if isinstance(kind, str) and kind.endswith("_tool_result"):  # a server tool's result
+        return "\n".join(_words(part.get("content")))
     return ""
+
+
+CALLS = ("tool_use", "server_tool_use", "mcp_tool_use")
+# What a server tool's result holds that reads as words: code's output, a file
+# viewed, a search hit's title and address, a tool found; not the ids, error codes,
+# nor the encrypted or base64 content Anthropic alone reads.
+_WORDS = frozenset({"text", "stdout", "stderr", "content", "title", "url", "tool_name"})
+
+
+def _words(value: Any) -> list[str]:
+    if type(value) is list:
+        return [w for v in value for w in _words(v)]
+    if type(value) is not dict:
+        return []
+    found: list[str] = []
+    for key, inner in value.items():
+        if type(inner) is str:
+            # A fetched page's text is its document's text source.
+            if inner and (key in _WORDS or (key == "data" and value.get("type") == "text")):
+                found.append(inner)
+        else:
+            found.extend(_words(inner))
+    return found
 
 
 def holds_results(content: Any) -> bool:

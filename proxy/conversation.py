@@ -191,10 +191,10 @@ def reconcile_append(
     A client that marks what it sends for the prompt cache has moved its
     breakpoints there: the stored messages keep the ones they were sent with
     only while the new messages carry none, or each turn would add one more
-    and pass the four Anthropic allows.
+    and pass the four Anthropic allows. `new` is empty when the request was
+    only the start of the answer (Anthropic's prefill): the answer then
+    follows the stored one.
     """
-    if not new:
-        raise ProxyError(400, "Append mode needs at least one new message.", param="messages")
     stored = SnapshotState.from_json(prior) or SnapshotState()
     leading = tuple(stored_working[: stored.leading])
     earlier = stored_working[stored.leading :]
@@ -211,9 +211,9 @@ def reconcile_append(
         new=tuple(new),
         new_hashes=tuple(hashes),
         parent=parent,
-        head=hashes[-1],
+        head=hashes[-1] if hashes else parent,
         position=stored_position + len(new),
         prior=stored,
         continued=True,
-        tip=hashes[-1],
+        tip=hashes[-1] if hashes else parent,
     )

@@ -48,6 +48,7 @@ class Outcome:
     # A derived id's turn with recall on: the chain hashes of its branch as planned (empty:
     # not at hand), kept for the turns chained to it; None: not tracked.
     lineage: Set[str] | None = None
+    route: str = ""  # the route the turn came on, whose wire format its items are in
 
     def headers(self) -> dict[str, str]:
         found = {
@@ -105,6 +106,7 @@ def turn_commit(
         ),
         archived_head="" if turn.rooted else turn.tip,
         prepared_for=branch.stretch if branch is not None and preparing else None,
+        route=outcome.route,
     ).to_json()
     snapshot = Snapshot(head=turn.head, position=turn.position, state=state, created_at=now)
     layout = None

@@ -220,8 +220,20 @@ def replay(
     return run
 
 
-# Content blocks only Anthropic's Messages API has.
-ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
+# Content blocks only Anthropic's Messages API has (and its server tools' `*_tool_result`).
+ANTHROPIC_BLOCKS = frozenset(
+    {
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+        "image",
+        "document",
+        "server_tool_use",
+        "mcp_tool_use",
+        "container_upload",
+    }
+)
 
 
 def route_of(body: dict[str, Any]) -> str:
@@ -237,7 +249,9 @@ def route_of(body: dict[str, Any]) -> str:
         for b in m["content"]
         if isinstance(b, dict)
     )
-    if "system" in body or any(kind in ANTHROPIC_BLOCKS for kind in blocks):
+    if "system" in body or any(
+        kind in ANTHROPIC_BLOCKS or str(kind).endswith("_tool_result") for kind in blocks
+    ):
         return "/v1/messages"
     return "/v1/chat/completions"
 

@@ -271,6 +271,13 @@ class TokenCounter:
                     encoding, str(part.get("tool_use_id", ""))
                 )
                 total += self._content_tokens(encoding, part.get("content"))
+            elif isinstance(part.get("content"), dict | list):
+                # A block holding others (a server tool's result: a fetched PDF, an MCP
+                # tool's screenshot): they count as themselves, the rest by its size.
+                inner = part["content"]
+                rest = {k: v for k, v in part.items() if k != "content"}
+                total += _estimate(canonical(rest).decode())
+                total += self._content_tokens(encoding, [inner] if type(inner) is dict else inner)
             else:
                 # Unknown part types are forwarded untouched; estimate them by size.
                 total += _estimate(canonical(part).decode())

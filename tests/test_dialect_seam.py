@@ -58,6 +58,9 @@ class Items:
     def held_by(self, item: Item) -> str:
         return ""
 
+    def continues(self, item: Item) -> bool:
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(i.get("type") in ("function_call", "function_call_output") for i in items)
 

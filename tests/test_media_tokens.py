@@ -151,6 +151,20 @@ def test_a_pdf_counts_a_page_figure_per_page() -> None:
     assert tokens_of(remote) == media.UNSEEN_PDF_PAGES * per_page
 
 
+def test_what_a_server_tool_returns_counts_as_itself() -> None:
+    """A PDF that web fetch read and a screenshot an MCP tool returned sit inside their
+    result blocks; counted by the size of their base64, one such block (500,066 and
+    666,701 tokens) was more than a 200k window."""
+    source = {"type": "base64", "media_type": "application/pdf", "data": b64(pdf(3, 1_500_000))}
+    page = {"type": "document", "source": source}
+    fetched = {"type": "web_fetch_result", "url": "https://example.com/a.pdf", "content": page}
+    result = {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": fetched}
+    assert tokens_of(page) < tokens_of(result) < tokens_of(page) + 60
+    shot = image(png(1920, 1080, 2_000_000))
+    mcp = {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": [shot]}
+    assert tokens_of(shot) < tokens_of(mcp) < tokens_of(shot) + 20
+
+
 def test_openai_image_parts_count_as_before() -> None:
     counter = TokenCounter()
     empty = counter.count_message("gpt-4o", user())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from proxy.cli import main
-from proxy.simulate import load_transcript, replay, requests_from_messages
+from proxy.simulate import load_transcript, replay, requests_from_messages, route_of
 from proxy.simulate_report import Prices
 from tests.factories import assistant, system, tool_round, user
 
@@ -25,6 +25,31 @@ def test_messages_become_the_requests_an_app_would_have_sent() -> None:
     msgs.append(user("open question"))
     requests = requests_from_messages(msgs)
     assert [len(r) for r in requests] == [2, 4, 6]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        {"type": "container_upload", "file_id": "file_1"},
+    ],
+)
+def test_a_messages_body_without_system_or_tool_use_replays_on_its_route(
+    block: dict[str, Any],
+) -> None:
+    """Such a body was replayed as a chat completions request."""
+    body = {
+        "model": "claude-x",
+        "max_tokens": 9,
+        "messages": [{"role": "user", "content": [block]}],
+    }
+    assert route_of(body) == "/v1/messages"
+    chat = {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+    assert route_of(chat) == "/v1/chat/completions"
 
 
 def test_both_input_formats_load_as_request_bodies() -> None:

@@ -55,6 +55,7 @@ states = st.builds(
     ),
     archived_head=texts,
     prepared_for=st.none() | st.tuples(st.integers(0, 500), st.integers(0, 5)),
+    route=st.sampled_from(["", "/v1/chat/completions", "/v1/responses", "/v1/messages"]),
 )
 
 

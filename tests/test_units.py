@@ -413,8 +413,11 @@ def test_append_mode_extends_the_stored_working_history() -> None:
     assert turn.working.tail == (user("q1"), assistant("a1"), tool("c", "x"), user("q2"))
     assert turn.history[1] == {"role": "system", "content": "earlier"}
     assert turn.parent == "h" and turn.position == 11
-    with pytest.raises(Exception, match="at least one"):
-        conv.reconcile_append([], stored, prior, 9)
+    # Nothing new (the request was only the start of the answer): the answer follows the
+    # stored one.
+    prefilled = conv.reconcile_append([], stored, prior, 9)
+    assert prefilled.head == prefilled.tip == "h" and prefilled.position == 9
+    assert prefilled.working.tail == (user("q1"), assistant("a1")) and not prefilled.new
 
 
 # configuration ----------------------------------------------------------------

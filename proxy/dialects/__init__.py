@@ -71,6 +71,11 @@ class Dialect(Protocol):
         runs from it to the last item it holds."""
         ...
 
+    def continues(self, item: Item) -> bool:
+        """An item that must stay with the items before it: it goes on with a tool run the
+        provider began there (Anthropic's code execution, waiting on the client's tools)."""
+        ...
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         """Whether any item makes a call or is a result (a quick check, before grouping)."""
         ...

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..blocks import THINKING
+from ..messages import text_of
 from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
 from .anthropic_answer import MessagesAssembler, message_from_body
@@ -33,27 +34,29 @@ def blocks(item: Item) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)]
 
 
-def _block_text(block: dict[str, Any]) -> str:
-    kind = block.get("type")
-    if kind == "text":
-        return str(block.get("text", ""))
-    if kind == "tool_use":
-        return f"{block.get('name', 'tool')}({orjson.dumps(block.get('input')).decode()})"
-    if kind == "tool_result":
-        return _content_text(block.get("content"))
-    return ""
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(_block_text(b) for b in content if isinstance(b, dict))
-    return ""
-
-
 def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
+
+
+# A tool Anthropic runs itself (web search, code execution, an MCP server's tool): the
+# model's use of it and its result (`web_search_tool_result`, `mcp_tool_result`, ...) both
+# sit in assistant messages, the result after the use.
+SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
+# Blocks that go on with nothing begun before them (a `tool_use` without a `caller`).
+PLAIN = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+
+
+def is_server_result(block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
+
+
+def called_from(block: dict[str, Any]) -> Any:
+    """The server tool use (code execution) whose code made this call, if any."""
+    caller = block.get("caller")
+    if not isinstance(caller, dict) or caller.get("type") == "direct":
+        return None
+    return caller.get("tool_id")
 
 
 # In place of a user message that held nothing but results of calls the history
@@ -104,13 +107,31 @@ class AnthropicItems:
     def held_by(self, item: Item) -> str:
         return ""
 
+    def continues(self, item: Item) -> bool:
+        # A server tool's result, or a call made from code, whose server tool use is in an
+        # earlier message: code execution that waited on the client's tools, or a paused turn.
+        content = item.get("content")
+        if item.get("role") != "assistant" or type(content) is not list:
+            return False
+        # Most messages hold text, thinking and direct calls only: read once, in C.
+        if all(type(b) is dict and b.get("type") in PLAIN and "caller" not in b for b in content):
+            return False
+        content = blocks(item)
+        own = {b.get("id") for b in content if b.get("type") in SERVER_USES}
+        for b in content:
+            if is_server_result(b) and b.get("tool_use_id") not in own:
+                return True
+            if called_from(b) not in (None, *own):
+                return True
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(
             b.get("type") in ("tool_use", "tool_result") for item in items for b in blocks(item)
         )
 
     def text(self, item: Item) -> str:
-        return _content_text(item.get("content"))
+        return text_of(item)
 
     def summary(self, text: str) -> Item:
         return {"role": "user", "content": [_text_block(text)]}
@@ -200,7 +221,7 @@ class AnthropicWire(body_checks.JsonWire):
 
     def prefill(self, items: Sequence[Item]) -> Item | None:
         # Text only: an assistant message with calls or thinking is no answer's start.
-        last = items[-1] if len(items) > 1 else None  # a history of a prefill alone is no turn
+        last = items[-1] if items else None
         if last is None or last.get("role") != "assistant":
             return None
         content = last.get("content")

@@ -57,6 +57,9 @@ class ChatCompletions:
     def held_by(self, item: Item) -> str:
         return ""
 
+    def continues(self, item: Item) -> bool:
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         # A message at a time in C: this runs over the tail of every turn.
         if any(map(operator.contains, items, repeat("tool_calls"))):

@@ -107,6 +107,9 @@ class ResponsesItems:
             return str(caller.get("caller_id", ""))
         return ""
 
+    def continues(self, item: Item) -> bool:
+        return False
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
 

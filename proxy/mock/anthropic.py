@@ -7,10 +7,14 @@ a `tool_result` at the start of the next user message, and every result
 answering a call of the message before; thinking blocks first in their
 message, with the signature this mock gave them (a signature
 it never issues, from a recorded transcript, passes unchecked); at most four
-`cache_control` breakpoints; the prompt and `max_tokens` within the model's
+`cache_control` breakpoints; server tool results (web search, code execution,
+MCP) after their use, tools called from code naming that code, and their
+results alone in their message; the prompt and `max_tokens` within the model's
 window (`context_limits`, four characters a token). A last user message
-containing "call tool NAME" gets a thinking block and a call to NAME; a
-last tool result or user message gets the voice's answer to it. Streams
+containing "call tool NAME" gets a thinking block and a call to NAME, one
+containing "run code calling NAME" code that calls NAME (programmatic tool
+calling), whose result follows the call's; a last tool result or user
+message gets the voice's answer to it. Streams
 carry Anthropic's event sequence.
 """
 
@@ -113,7 +117,10 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     if messages[0].get("role") != "user":
         raise Invalid('messages: first message must use the "user" role')
     calls: list[str] = []
+    served: set[str] = set()  # server and MCP tool uses so far (their results follow them)
+    programmatic: set[str] = set()  # calls made from code execution
     for i, message in enumerate(messages):
+        server_tools(i, message, served, programmatic)
         role = message.get("role")
         if i and role == messages[i - 1].get("role"):
             raise Invalid(f'messages.{i}: roles must alternate between "user" and "assistant"')
@@ -158,13 +165,92 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     return messages
 
 
+# Blocks the model writes about a tool Anthropic runs: the use, then its result
+# (`web_search_tool_result`, `code_execution_tool_result`, ...), in assistant messages.
+SERVER_USES = ("server_tool_use", "mcp_tool_use")
+
+
+def server_result(block: Json) -> bool:
+    kind = str(block.get("type", ""))
+    return kind != "tool_result" and kind.endswith("_tool_result")
+
+
+def server_tools(i: int, message: Json, served: set[str], programmatic: set[str]) -> None:
+    """Anthropic's rules for server tools and programmatic tool calling, on one message.
+
+    A server tool's result answers a use made before it (in its message, or an earlier
+    one, when code execution waited on the client's tools); a tool called from code
+    names that code's use; the results of such calls come alone in their message.
+    """
+    content = blocks(message)
+    if message.get("role") == "user":
+        answers = {str(b.get("tool_use_id")) for b in content if b.get("type") == "tool_result"}
+        if answers & programmatic and any(b.get("type") != "tool_result" for b in content):
+            raise Invalid(
+                f"messages.{i}: a message answering tool calls made from code execution "
+                "can only contain tool_result blocks"
+            )
+        if any(server_result(b) or b.get("type") in SERVER_USES for b in content):
+            raise Invalid(f"messages.{i}: server tool blocks belong in assistant messages")
+        return
+    for b in content:
+        if b.get("type") in SERVER_USES:
+            served.add(str(b.get("id")))
+        elif server_result(b) and str(b.get("tool_use_id")) not in served:
+            raise Invalid(
+                f"messages.{i}: {b.get('type')} block's tool_use_id does not match any "
+                "server_tool_use before it"
+            )
+        caller = b.get("caller") if b.get("type") == "tool_use" else None
+        if isinstance(caller, dict) and caller.get("type") != "direct":
+            if str(caller.get("tool_id")) not in served:
+                raise Invalid(f"messages.{i}: caller.tool_id names no server_tool_use")
+            programmatic.add(str(b.get("id")))
+
+
+# "run code calling NAME" asks for code (a code execution server tool use) that calls
+# the app's tool NAME: programmatic tool calling.
+CODE = re.compile(r"run code calling\s*(\w*)", re.IGNORECASE)
+
+
 def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[Json], str]:
     """The content blocks answering the last message, and the stop reason."""
     last = messages[-1]
     results = [b for b in blocks(last) if b.get("type") == "tool_result"]
     if results:
-        return [{"type": "text", "text": voice.tool_reply(text_of(last))}], "end_turn"
+        reply = voice.tool_reply(text_of(last))
+        code = _running(messages)
+        if code is None:
+            return [{"type": "text", "text": reply}], "end_turn"
+        output = {
+            "type": "code_execution_result",
+            "stdout": reply,
+            "stderr": "",
+            "return_code": 0,
+            "content": [],
+        }
+        done = {"type": "code_execution_tool_result", "tool_use_id": code, "content": output}
+        return [done, {"type": "text", "text": "The code finished."}], "end_turn"
     text = text_of(last)
+    coded = CODE.search(text)
+    if coded:
+        code, name = f"srvtoolu_{digest}", coded.group(1) or "lookup"
+        caller = {"type": "code_execution_20250825", "tool_id": code}
+        return [
+            {
+                "type": "server_tool_use",
+                "id": code,
+                "name": "code_execution",
+                "input": {"code": f"print({name}())"},
+            },
+            {
+                "type": "tool_use",
+                "id": f"toolu_{digest}",
+                "name": name,
+                "input": {},
+                "caller": caller,
+            },
+        ], "tool_use"
     name = tool_name(text)
     if name:
         thought = f"The user wants {name}; I will call it ({digest[:6]})."
@@ -174,6 +260,17 @@ def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[J
             {"type": "tool_use", "id": f"toolu_{digest}", "name": name, "input": arguments},
         ], "tool_use"
     return [{"type": "text", "text": voice.reply(text)}], "end_turn"
+
+
+def _running(messages: list[Json]) -> str | None:
+    """The code whose calls the last message answers, if they were made from code."""
+    if len(messages) < 2:
+        return None
+    for b in blocks(messages[-2]):
+        caller = b.get("caller")
+        if b.get("type") == "tool_use" and isinstance(caller, dict) and "tool_id" in caller:
+            return str(caller["tool_id"])
+    return None
 
 
 async def events(final: Json) -> AsyncIterator[bytes]:
@@ -203,12 +300,14 @@ async def events(final: Json) -> AsyncIterator[bytes]:
                 yield event("content_block_delta", index=index, delta=delta)
             delta = {"type": "signature_delta", "signature": block["signature"]}
             yield event("content_block_delta", index=index, delta=delta)
-        elif kind == "tool_use":
+        elif kind in ("tool_use", "server_tool_use"):
             yield event("content_block_start", index=index, content_block={**block, "input": {}})
             arguments = json.dumps(block["input"])
             for i in range(0, len(arguments), 7):
                 delta = {"type": "input_json_delta", "partial_json": arguments[i : i + 7]}
                 yield event("content_block_delta", index=index, delta=delta)
+        else:  # a server tool's result arrives whole
+            yield event("content_block_start", index=index, content_block=block)
         yield event("content_block_stop", index=index)
     delta = {"stop_reason": final["stop_reason"], "stop_sequence": None}
     yield event("message_delta", delta=delta, usage={"output_tokens": 8})

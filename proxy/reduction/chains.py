@@ -59,10 +59,10 @@ class Unit:
     @property
     def call_ids(self) -> list[str]:
         dialect = self.dialect
-        if not dialect.opaque_items and not dialect.separate_calls:
-            return dialect.call_ids(self.messages[0])
-        if not dialect.separate_calls or len(self.messages) == 1:
+        if dialect.opaque_items and not dialect.separate_calls:
             return dialect.call_ids(self.head)
+        # Calls made as items of their own, or again after results (code execution that
+        # calls the client's tools in rounds), are all the unit's.
         return [i for m in self.messages for i in dialect.call_ids(m)]
 
     @property
@@ -175,6 +175,18 @@ def _hold(units: list[Unit], dialect: Dialect) -> list[Unit]:
     return out
 
 
+def _attach_continued(units: list[Unit]) -> list[Unit]:
+    """Put each unit that goes on with a tool run the one before began (Anthropic's code
+    execution calling the client's tools, then its result) in that unit."""
+    out: list[Unit] = []
+    for unit in units:
+        if out and unit.dialect.continues(unit.head):
+            out[-1] = Unit.of(*out[-1].messages, *unit.messages, dialect=unit.dialect)
+        else:
+            out.append(unit)
+    return out
+
+
 def answered(messages: Iterable[Message], dialect: Dialect) -> set[str]:
     """The call ids the results among `messages` answer."""
     return {a for m in messages for a in dialect.answers(m)}
@@ -192,6 +204,8 @@ def group(
         units = _attach_opaque(units)
     if dialect.separate_calls and any(map(dialect.held_by, messages)):
         units = _hold(units, dialect)
+    if any(map(dialect.continues, messages)):
+        units = _attach_continued(units)
     for step in passes:
         units = step(units)
     return tuple(units)

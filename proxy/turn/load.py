@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import conversation as conv
-from ..dialects import Dialect
-from ..dialects.chat_completions import CHAT
+from ..dialects import Wire
+from ..dialects.chat_completions import CHAT_WIRE
 from ..errors import ProxyError
 from ..messages import Message, chain_hashes, digest, split_leading
 from ..store import Conversation, ConvKey, StoreError
@@ -58,13 +58,13 @@ async def load(
     model: str,
     mode: str,
     resend: Resend | None,
-    dialect: Dialect = CHAT,
+    wire: Wire = CHAT_WIRE,
     chained: Conversation | None = None,
 ) -> Loaded:
     """The turn reconciled with the store; `chained`: the stored turn whose answer a
     request continues by `previous_response_id` (an append-mode turn built on it)."""
     if mode == "append":
-        return await _append(ctx, key, messages, model, dialect, chained)
+        return await _append(ctx, key, messages, model, wire, chained)
     return await _full(ctx, key, messages, model, resend)
 
 
@@ -73,7 +73,7 @@ async def _append(
     key: ConvKey,
     messages: list[Message],
     model: str,
-    dialect: Dialect,
+    wire: Wire,
     chained: Conversation | None,
 ) -> Loaded:
     # An append turn the store cannot write would be lost, and one it cannot
@@ -101,8 +101,9 @@ async def _append(
             param="X-Conversation-Id",
             code="conversation_not_found",
         )
+    _same_format(key, stored.state, wire.upstream_path)
     turn = conv.reconcile_append(
-        messages, stored.working, stored.state, stored.position + 1, dialect
+        messages, stored.working, stored.state, stored.position + 1, wire.items
     )
     await ctx.counter.prime(model, turn.history)
     count = RequestCounts(ctx.counter, model, turn.history, None, None, 0)
@@ -111,6 +112,25 @@ async def _append(
     # derived id) it would carry that chat's messages into its own.
     version = None if chained is not None else stored.turns
     return Loaded(turn, count, False, version, None, None, stored.head, key)
+
+
+def _same_format(key: ConvKey, state: Any, route: str) -> None:
+    """Refuse to continue on `route` a conversation stored in another route's format.
+
+    Its stored items would go upstream as they are: a chat `system` message in
+    Anthropic's `messages`, Anthropic's blocks to OpenAI, while the request's
+    own instructions are not in the history at all. Nothing stored changes.
+    """
+    stored = SnapshotState.from_json(state)
+    started = stored.route if stored is not None else ""
+    if started and started != route:
+        raise ProxyError(
+            400,
+            f"Conversation '{key.conversation}' holds a {started} history: append mode "
+            f"continues it on {started} only. Use another X-Conversation-Id on {route}.",
+            param="X-Conversation-Id",
+            code="conversation_format_mismatch",
+        )
 
 
 async def _full(

@@ -105,6 +105,8 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         resend, mode = Resend(ctx.sessions, given, body, enabled=False), "append"
     messages = wire.history(payload)
     prefill = wire.prefill(messages)
+    if len(messages) == 1 and mode != "append":
+        prefill = None  # a full history of a prefill alone is no turn
     if prefill is not None:  # the answer's start: the turn is the history before it
         messages = messages[:-1]
         resend = Resend(ctx.sessions, given, body, enabled=False)
@@ -203,7 +205,7 @@ async def plan(
     """
     began = time.monotonic() if began is None else began
     model = str(payload["model"])
-    loaded = await load(ctx, key, messages, model, mode, resend, wire.items, chained)
+    loaded = await load(ctx, key, messages, model, mode, resend, wire, chained)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
@@ -272,6 +274,7 @@ async def plan(
         began=began,
         prefill=prefill,
         lineage=None if named or not ctx.settings.recall.enabled else tracked,
+        route=wire.upstream_path,
     )
 
 

@@ -331,7 +331,7 @@ class Searched:
 
     @classmethod
     def of(
-        cls, turn: str, limit: int, forwarded: frozenset[str], within: frozenset[str] | None
+        cls, turn: str, limit: int, forwarded: frozenset[str], within: Set[str] | None
     ) -> Searched:
         """A turn's search: what it asks as a question, what it says as a statement.
 

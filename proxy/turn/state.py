@@ -98,6 +98,9 @@ class SnapshotState:
     prepared for in the background: the process serving the next turn, whichever
     it is, does not prepare again, and at the crossing finds the text the
     preparation kept in the store (`Store.keep_summary`).
+    `route` is the route whose wire format the stored history is in
+    ("/v1/messages"): an append-mode turn on another route would forward items
+    that format does not have ("" when not known).
     """
 
     leading: int = 0
@@ -106,6 +109,7 @@ class SnapshotState:
     stats: Stats = field(default_factory=Stats)
     archived_head: str = ""
     prepared_for: tuple[int, int] | None = None
+    route: str = ""
 
     def to_json(self) -> dict[str, Any]:
         state = {
@@ -119,6 +123,8 @@ class SnapshotState:
             state["archived_head"] = self.archived_head
         if self.prepared_for is not None:  # only near a reduction
             state["prepared_for"] = list(self.prepared_for)
+        if self.route:
+            state["route"] = self.route
         return state
 
     @classmethod
@@ -136,6 +142,7 @@ class SnapshotState:
             stats=Stats.from_json(data.get("stats")),
             archived_head=str(data.get("archived_head", "")),
             prepared_for=_stretch(data.get("prepared_for")),
+            route=str(data.get("route", "")),
         )
 
 
