@@ -174,8 +174,11 @@ def asking(text: str) -> tuple[str, str]:
     its middle is what it says.
     """
     if len(text) > 2 * ASKS_READ:
-        head, tail = asking(text[:ASKS_READ]), asking(text[-ASKS_READ:])
-        middle = text[ASKS_READ:-ASKS_READ]
+        # Cut between words: a word cut in two would be two words no message says.
+        start = text.rfind(" ", 0, ASKS_READ) + 1 or ASKS_READ
+        end = text.find(" ", len(text) - ASKS_READ) + 1 or len(text) - ASKS_READ
+        head, tail = asking(text[:start]), asking(text[end:])
+        middle = text[start:end]
         return f"{head[0]} {tail[0]}".strip(), f"{head[1]} {middle} {tail[1]}".strip()
     asked: list[str] = []
     said: list[str] = []

@@ -227,11 +227,23 @@ def test_a_turn_asks_when_one_of_its_sentences_does(sentences: list[str], gap: s
     assert english.asks(gap.join(sentences)) == any(english.asks(s) for s in sentences)
 
 
+@given(st.lists(SAID, max_size=5), st.sampled_from([" ", "\n"]))
+def test_a_turn_is_what_it_asks_and_what_it_says(sentences: list[str], gap: str) -> None:
+    text = gap.join(sentences)
+    asked, said = english.asking(text)
+    assert bool(asked) == english.asks(text)
+    assert sorted(f"{asked} {said}".split()) == sorted(text.split())
+    assert all(english.asks(s) for s in sentences if s and s in asked)
+
+
 def test_a_long_turn_is_read_for_its_asking_at_its_opening_and_its_end() -> None:
     document = "The quarterly figures were flat. " * 2000
     assert english.asks(f"Summarize what I said about the garden.\n{document}")
     assert english.asks(f"{document}\nwhat did I say about the garden")
     assert not english.asks(document)
+    asked, said = english.asking(f"Summarize what I said about the garden.\n{document}")
+    assert asked == "Summarize what I said about the garden."
+    assert set(said.split()) == {"The", "quarterly", "figures", "were", "flat."}
 
 
 def test_two_everyday_words_said_together_once_answer_a_question_asking_beyond_them() -> None:

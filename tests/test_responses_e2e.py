@@ -8,6 +8,7 @@ records what it was sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -47,6 +48,16 @@ def fake() -> Iterator[tuple[MockUpstream, str]]:
     upstream = MockUpstream(context_limits={MODEL: WINDOW})
     with run_server(upstream.app) as url:
         yield upstream, url + "/v1"
+
+
+@contextlib.contextmanager
+def managed(upstream_url: str, db: Path, key: str) -> Iterator[openai.OpenAI]:
+    """The openai client of a proxy answering `previous_response_id` chains from its store."""
+    with (
+        start_proxy(upstream_url, db, responses_manage_server_state="true") as url,
+        openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0) as api,
+    ):
+        yield api
 
 
 def start_proxy(upstream_url: str, db: Path, **env: str) -> Any:
@@ -156,14 +167,12 @@ def test_a_request_without_input_goes_through_as_sent(
     upstream, upstream_url = fake
     prompt: Any = {"id": "pmpt_1", "variables": {"city": "Oslo"}}
     db = tmp_path / "p.db"
-    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
-        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
-        with api:
-            raw = api.responses.with_raw_response.create(model=MODEL, prompt=prompt)
-            stored = api.responses.create(model=MODEL, input="Hello.")  # a turn it continues
-            chained = api.responses.with_raw_response.create(
-                model=MODEL, previous_response_id=stored.id, input=[]
-            )
+    with managed(upstream_url, db, "sk-responses") as api:
+        raw = api.responses.with_raw_response.create(model=MODEL, prompt=prompt)
+        stored = api.responses.create(model=MODEL, input="Hello.")  # a turn it continues
+        chained = api.responses.with_raw_response.create(
+            model=MODEL, previous_response_id=stored.id, input=[]
+        )
     assert raw.status_code == chained.status_code == 200
     assert raw.headers["x-context-reduction"] == "passthrough"
     assert chained.headers["x-context-reduction"] == "passthrough"
@@ -226,14 +235,12 @@ def test_a_chain_that_asks_openai_to_compact_is_not_continued_by_the_proxy(
     """With manage_server_state, a chained request ending with a compaction_trigger goes to
     OpenAI as sent: the app chose OpenAI's compaction of the chain it stored."""
     upstream, upstream_url = fake
-    with start_proxy(upstream_url, tmp_path / "p.db", responses_manage_server_state="true") as url:
-        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-responses", max_retries=0)
-        with api:
-            first = api.responses.create(model=MODEL, input="Hello.")
-            items: Any = [{"role": "user", "content": "Go on."}, {"type": "compaction_trigger"}]
-            raw = api.responses.with_raw_response.create(
-                model=MODEL, previous_response_id=first.id, input=items
-            )
+    with managed(upstream_url, tmp_path / "p.db", "sk-responses") as api:
+        first = api.responses.create(model=MODEL, input="Hello.")
+        items: Any = [{"role": "user", "content": "Go on."}, {"type": "compaction_trigger"}]
+        raw = api.responses.with_raw_response.create(
+            model=MODEL, previous_response_id=first.id, input=items
+        )
     assert raw.headers["x-context-reduction"] == "passthrough"
     sent = upstream.responses_requests()[-1]
     assert sent["previous_response_id"] == first.id and sent["input"] == items
@@ -393,42 +400,38 @@ def test_a_chain_of_previous_response_ids_is_continued_from_the_store(
     """`[responses] manage_server_state`: the app chains by id, the upstream gets it stateless."""
     upstream, upstream_url = fake
     db = tmp_path / "p.db"
-    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
-        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-chain", max_retries=0)
-        with api:
-            raw = api.responses.with_raw_response.create(model=MODEL, input="Plan my trip.")
-            first, ids = raw.parse(), {raw.headers["x-conversation-id"]}
-            previous, kinds = first.id, []
-            for i in range(40):
-                ask: list[Any] = [
-                    {"role": "user", "content": f"Turn {i}: day {i}, what next? " * 3}
-                ]
-                if i % 5 == 2:
-                    ask = [{"role": "user", "content": f"Turn {i}: please call tool lookup {i}."}]
-                raw = api.responses.with_raw_response.create(
-                    model=MODEL, input=ask, previous_response_id=previous, stream=i % 3 == 0
+    with managed(upstream_url, db, "sk-chain") as api:
+        raw = api.responses.with_raw_response.create(model=MODEL, input="Plan my trip.")
+        first, ids = raw.parse(), {raw.headers["x-conversation-id"]}
+        previous, kinds = first.id, []
+        for i in range(40):
+            ask: list[Any] = [{"role": "user", "content": f"Turn {i}: day {i}, what next? " * 3}]
+            if i % 5 == 2:
+                ask = [{"role": "user", "content": f"Turn {i}: please call tool lookup {i}."}]
+            raw = api.responses.with_raw_response.create(
+                model=MODEL, input=ask, previous_response_id=previous, stream=i % 3 == 0
+            )
+            if i % 3 == 0:
+                events = list(raw.parse())
+                answer = next(e for e in events if e.type == "response.completed").response
+            else:
+                answer = raw.parse()
+            ids.add(raw.headers["x-conversation-id"])
+            kinds.append(raw.headers["x-context-reduction"])
+            calls = [o for o in answer.output if o.type == "function_call"]
+            previous = answer.id
+            if calls:
+                output = {
+                    "type": "function_call_output",
+                    "call_id": calls[0].call_id,
+                    "output": "ok",
+                }
+                answer = api.responses.create(
+                    model=MODEL, input=[output], previous_response_id=previous
                 )
-                if i % 3 == 0:
-                    events = list(raw.parse())
-                    answer = next(e for e in events if e.type == "response.completed").response
-                else:
-                    answer = raw.parse()
-                ids.add(raw.headers["x-conversation-id"])
-                kinds.append(raw.headers["x-context-reduction"])
-                calls = [o for o in answer.output if o.type == "function_call"]
                 previous = answer.id
-                if calls:
-                    output = {
-                        "type": "function_call_output",
-                        "call_id": calls[0].call_id,
-                        "output": "ok",
-                    }
-                    answer = api.responses.create(
-                        model=MODEL, input=[output], previous_response_id=previous
-                    )
-                    previous = answer.id
-            with pytest.raises(openai.BadRequestError):  # an id the proxy never saw: as sent
-                api.responses.create(model=MODEL, input="x", previous_response_id="resp_unseen")
+        with pytest.raises(openai.BadRequestError):  # an id the proxy never saw: as sent
+            api.responses.create(model=MODEL, input="x", previous_response_id="resp_unseen")
     assert len(ids) == 1 and "passthrough" not in kinds
     assert any("summarized" in k for k in kinds)
     *chained, unseen = upstream.responses_requests()
@@ -569,21 +572,17 @@ def test_only_the_latest_answer_of_a_conversation_is_continued(
     earlier answer. Neither continues turns it never saw: both go through as sent."""
     upstream, upstream_url = fake
     db = tmp_path / "p.db"
-    with start_proxy(upstream_url, db, responses_manage_server_state="true") as url:
-        api = openai.OpenAI(base_url=url + "/v1", api_key="sk-shared", max_retries=0)
-        with api:
-            a = api.responses.create(model=MODEL, input="Hello")
-            b = api.responses.create(model=MODEL, input="Hello")
-            b2 = api.responses.create(
-                model=MODEL, input="My PIN is 4321.", previous_response_id=b.id
-            )
-            raw = api.responses.with_raw_response.create(
-                model=MODEL, input="What did I tell you?", previous_response_id=a.id
-            )
-            retry = api.responses.with_raw_response.create(
-                model=MODEL, input="My PIN is 4321, again.", previous_response_id=b.id
-            )
-            api.responses.create(model=MODEL, input="Thanks.", previous_response_id=b2.id)
+    with managed(upstream_url, db, "sk-shared") as api:
+        a = api.responses.create(model=MODEL, input="Hello")
+        b = api.responses.create(model=MODEL, input="Hello")
+        b2 = api.responses.create(model=MODEL, input="My PIN is 4321.", previous_response_id=b.id)
+        raw = api.responses.with_raw_response.create(
+            model=MODEL, input="What did I tell you?", previous_response_id=a.id
+        )
+        retry = api.responses.with_raw_response.create(
+            model=MODEL, input="My PIN is 4321, again.", previous_response_id=b.id
+        )
+        api.responses.create(model=MODEL, input="Thanks.", previous_response_id=b2.id)
     assert raw.headers["x-context-reduction"] == "passthrough"
     assert retry.headers["x-context-reduction"] == "passthrough"
     sent = upstream.responses_requests()
@@ -596,3 +595,21 @@ def test_only_the_latest_answer_of_a_conversation_is_continued(
         "My PIN is 4321.",
         "Thanks.",
     ]
+
+
+def test_a_chain_the_store_cannot_keep_goes_to_openai_as_sent(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """With the store's file gone, a chained turn could not be stored: instead of the
+    append mode's 503 it goes as sent, and OpenAI, which holds the chain, answers it."""
+    upstream, upstream_url = fake
+    db = tmp_path / "p.db"
+    with managed(upstream_url, db, "sk-gone") as api:
+        first = api.responses.create(model=MODEL, input="Hello")
+        db.unlink()
+        raw = api.responses.with_raw_response.create(
+            model=MODEL, input="Still there?", previous_response_id=first.id
+        )
+    assert raw.status_code == 200
+    assert raw.headers["x-context-reduction"] == "passthrough"
+    assert upstream.responses_requests()[-1]["previous_response_id"] == first.id

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from hypothesis import given, settings
@@ -19,7 +20,7 @@ from starlette.testclient import TestClient
 from proxy import conversation as conv
 from proxy.app import create_app
 from proxy.config import load_settings
-from proxy.context import AppContext
+from proxy.context import AppContext, KeyedLocks
 from proxy.conversation import tenant_of
 from proxy.fastpath.known import Known
 from proxy.mock import MockUpstream
@@ -131,7 +132,7 @@ def test_weight_counts_what_a_session_holds() -> None:
     sessions.answered(key, "resp_1", "h9", frozenset(f"h{i}" for i in range(10)))
     assert session.weight == OVERHEAD + 1000 + 300 + 50 + 10 * HASH_BYTES
     sessions.forget(key)
-    assert sessions.lineage(key) == frozenset()
+    assert sessions.lineage(key, "h9") == frozenset()
 
 
 # -- Through the app ---------------------------------------------------------------------------
@@ -150,14 +151,13 @@ def test_a_chained_turn_waiting_for_its_turn_when_the_conversation_is_deleted_is
         first = client.post("/v1/responses", json=body, headers=headers).json()
         chained = {"model": "tiny", "input": "and then?", "previous_response_id": first["id"]}
         gate = upstream.hold_next()
-        lock = ctx_of(client).locks.get(ConvKey(TENANT, "trip"))
+        locks = ctx_of(client).locks = WatchedLocks()
+        lock = locks.get(ConvKey(TENANT, "trip"))
         with ThreadPoolExecutor(2) as pool:
             turns = [pool.submit(client.post, "/v1/responses", json=chained, headers=headers)]
-            while not lock.locked():  # the first holds the conversation's turn
-                time.sleep(0.01)
+            until(lambda: lock.locked())  # the first holds the conversation's turn
             turns.append(pool.submit(client.post, "/v1/responses", json=chained, headers=headers))
-            while not lock._waiters:  # the second has read the stored turn and waits
-                time.sleep(0.01)
+            until(lambda: lock.asked == 2)  # the second has read the stored turn and waits
             deleted = client.delete("/admin/conversations/trip", **admin)
             gate.set()
             answered = [t.result() for t in turns]
@@ -166,6 +166,36 @@ def test_a_chained_turn_waiting_for_its_turn_when_the_conversation_is_deleted_is
         assert [a.status_code for a in answered] == [200, 200]
         gone = client.get("/admin/conversations/trip", **admin)
         assert gone.status_code == 404, gone.text
+
+
+class WatchedLock(asyncio.Lock):
+    """A conversation's lock that counts the turns that asked for it (holding or waiting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    async def acquire(self) -> Literal[True]:
+        self.asked += 1
+        return await super().acquire()
+
+
+class WatchedLocks(KeyedLocks):
+    """One `WatchedLock` a key, kept for the test to look at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: dict[Hashable, WatchedLock] = {}
+
+    def get(self, key: Hashable) -> WatchedLock:
+        return self.made.setdefault(key, WatchedLock())
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the server never got there"
+        time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -458,12 +488,14 @@ def test_a_chained_turn_extends_the_branch_kept_and_any_other_replaces_it() -> N
     copied whole each turn); a turn planned on another branch leaves that one as it was."""
     sessions, key = Sessions(), KEYS[0]
     sessions.answered(key, "resp_1", "a1", frozenset({"u1", "a1"}))
-    kept = sessions.lineage(key)
+    kept = sessions.lineage(key, "a1")
     sessions.answered(key, "resp_2", "a2", kept, ["u2", "a2"])
-    assert sessions.lineage(key) is kept and kept == {"u1", "a1", "u2", "a2"}
+    assert sessions.lineage(key, "a2") is kept and kept == {"u1", "a1", "u2", "a2"}
+    # A turn forked from the earlier answer is not on the branch kept.
+    assert sessions.lineage(key, "a1") == frozenset()
     other = frozenset({"u1", "b1"})
     sessions.answered(key, "resp_b", "b2", other, ["b2"])
-    assert sessions.lineage(key) == {"u1", "b1", "b2"} and other == {"u1", "b1"}
+    assert sessions.lineage(key, "b2") == {"u1", "b1", "b2"} and other == {"u1", "b1"}
     assert kept == {"u1", "a1", "u2", "a2"}, "a branch no longer kept is not changed"
     session = sessions.get(key)
     assert session is not None and session.weight == OVERHEAD + 3 * HASH_BYTES

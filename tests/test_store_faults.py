@@ -353,6 +353,49 @@ def test_redis_is_tried_again_after_the_backoff(
     assert asyncio.run(tries()) == ["waited", "skipped", "skipped", "answered"]
 
 
+def test_a_failed_redis_commit_refuses_append_turns_only_for_the_backoff(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """Append turns are refused while commits fail; only a commit clears the failure, so
+    after `backoff_s` the store is tried again (else all-append traffic never would)."""
+    import asyncio
+
+    import redis
+
+    from proxy.store import ConvKey, StoreError, open_store
+
+    from .factories import Clock, user
+    from .test_store import turn as commit_of
+
+    url, _ = stoppable_redis
+    admin = redis.Redis.from_url(url)
+    clock = Clock()
+    store = open_store("redis", url=url, now=clock, backoff_s=30)
+    key = ConvKey("t", "full")
+
+    async def tries() -> list[str | None]:
+        seen: list[str | None] = []
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        with pytest.raises(StoreError):
+            await store.commit(commit_of(key, [user("refused")]))
+        seen.append(store.problem())
+        admin.config_set("maxmemory", 0)
+        clock.advance(10)
+        seen.append(store.problem())
+        clock.advance(21)
+        seen.append(store.problem())
+        await store.close()
+        return seen
+
+    try:
+        during, still, after = asyncio.run(tries())
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+    assert during is not None and "writes fail" in during and during == still
+    assert after is None
+
+
 def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(
     stoppable_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:

@@ -141,7 +141,8 @@ class RedisStore(Searchable):
         self._commit = self._redis.register_script(_COMMIT)
         self._chain = self._redis.register_script(_CHAIN)
         self._search = ArchiveSearch()
-        self._commit_error: str | None = None  # why the last commit failed (out of memory, say)
+        # Why the last commit failed (out of memory, say), and when: see `_refusing`.
+        self._commit_failed: tuple[str, float] | None = None
         self._backoff_s = backoff_s
         self._skip_until = float("-inf")  # Redis timed out: skipped until then (`_calling`)
 
@@ -204,9 +205,9 @@ class RedisStore(Searchable):
         except StoreError as exc:
             if isinstance(exc.__cause__, ResponseError) and "CONFLICT" in str(exc):
                 raise Conflict(f"{turn.key.conversation} moved on") from exc
-            self._commit_error = str(exc)
+            self._commit_failed = (str(exc), self._now())
             raise
-        self._commit_error = None
+        self._commit_failed = None
 
     async def find_snapshot(self, key: ConvKey, heads: Sequence[str]) -> Snapshot | None:
         with self._calling():
@@ -396,11 +397,20 @@ class RedisStore(Searchable):
                 )
         return summaries
 
+    def _refusing(self) -> str | None:
+        """Why commits fail, for `backoff_s` after one did. Then turns try Redis again:
+        append turns are refused while it stands, so only a commit can clear it."""
+        if self._commit_failed is None:
+            return None
+        error, at = self._commit_failed
+        return error if self._now() - at < self._backoff_s else None
+
     def problem(self) -> str | None:
-        return None if self._commit_error is None else f"writes fail: {self._commit_error}"
+        error = self._refusing()
+        return None if error is None else f"writes fail: {error}"
 
     def failing(self) -> bool:
-        return self._commit_error is not None
+        return self._refusing() is not None
 
     async def ping(self) -> None:
         try:

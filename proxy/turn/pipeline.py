@@ -93,11 +93,12 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     headers.pop("content-encoding", None)  # what goes upstream is the decoded body, or ours
     streaming = wire.streams(payload)
     named = bool(given.get("x-conversation-id"))  # by the client, not derived
-    # A deletion after this is one the turn must not undo: a chained turn reads the stored
-    # state it continues here, before it waits for its conversation's lock.
-    began = time.monotonic()
     chained: Conversation | None = None
+    began: float | None = None  # see `plan`
     if wire.server_state(payload) is not None:  # the provider holds the conversation
+        # A chained turn reads the stored state it continues here, before it waits for
+        # its conversation's lock: a deletion after this is one it must not undo.
+        began = time.monotonic()
         chained = await continued(ctx, wire, payload, given)
         if chained is None:
             return await as_sent(ctx, wire, body, headers, streaming, request.url.query)
@@ -299,6 +300,8 @@ async def continued(
     if found is None:
         return None
     key, answer_hash = found
+    if ctx.store.problem() is not None:  # it could not keep the turn: OpenAI holds the chain
+        return None
     try:
         latest = await ctx.store.latest(key)
     except StoreError:

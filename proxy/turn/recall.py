@@ -69,7 +69,7 @@ def branch_of(ctx: AppContext, key: ConvKey, turn: Turn) -> Lineage | None:
     """
     if turn.hashes:
         return Lineage(frozenset(turn.hashes), turn.hashes[-1]) if turn.rooted else None
-    kept = ctx.sessions.lineage(key)
+    kept = ctx.sessions.lineage(key, turn.parent)
     if turn.parent not in kept:
         return None
     return Lineage(kept, turn.tip)

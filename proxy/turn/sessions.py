@@ -189,12 +189,16 @@ class Sessions:
             session.lineage = {*lineage, *added}
         self._store(key, session)
 
-    def lineage(self, key: ConvKey) -> Set[str]:
-        """The chain hashes of the branch of the conversation's latest answer (see `answered`):
-        the kept set itself, which only that branch's next chained turn extends (append-mode
-        turns of a conversation apply one at a time; any other turn replaces it)."""
+    def lineage(self, key: ConvKey, tip: str) -> Set[str]:
+        """The chain hashes of the branch of the conversation's latest answer (see `answered`),
+        if `tip` is that answer's chain hash; else none (a turn forked from an earlier answer
+        is on another branch). The kept set itself, which only that branch's next chained
+        turn extends (append-mode turns of a conversation apply one at a time; any other
+        turn replaces it)."""
         session = self._sessions.get(key)
-        return session.lineage if session is not None else frozenset()
+        if session is None or session.response is None or session.response[1] != tip:
+            return frozenset()
+        return session.lineage
 
     def stored(self, key: ConvKey, answer: bytes) -> None:
         """The conversation's latest stored turn ends with a message of digest `answer`."""

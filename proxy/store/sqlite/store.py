@@ -176,13 +176,11 @@ class SqliteStore(indexed.Searchable):
         return connections.file_problem(self.path, self._identity)
 
     def failing(self) -> bool:
-        # A deleted file still takes writes (its unlinked inode): only a look at the path
-        # tells, which costs 10-30 us, so the checkpointer's thread looks after writes.
+        # A deleted file still takes writes: the checkpointer's thread looks at the path.
         return self._writer.error is not None or self._lost is not None
 
     def _look(self) -> None:
-        if self._identity is not None:
-            self._lost = connections.file_problem(self.path, self._identity)
+        self._lost = connections.file_problem(self.path, self._identity) if self._identity else None
 
     def _sweep_quietly(self) -> None:
         if self._db is not None and not self._closed:
