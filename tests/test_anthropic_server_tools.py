@@ -20,6 +20,7 @@ from proxy.mock import MockUpstream
 from proxy.mock import anthropic as mock_anthropic
 from proxy.reduction import STRATEGIES
 from proxy.reduction.chains import group
+from proxy.reduction.tail import grouped_tail
 
 from .servers import run_server, serve_proxy
 from .test_anthropic import HEADERS, SLOW, accepted, text, user
@@ -150,6 +151,20 @@ def test_the_fake_accepts_them_and_a_unit_holds_the_code_and_what_it_called(
         if any(b.get("name") == "code_execution" for b in first if isinstance(b, dict)):
             last = unit.messages[-1]["content"]
             assert last[0]["type"] == "code_execution_tool_result"
+
+
+@SLOW
+@given(histories(), st.lists(st.integers(0, 40), max_size=4))
+def test_a_tail_extended_turn_by_turn_is_the_tail_grouped_at_once(
+    items: list[Item], splits: list[int]
+) -> None:
+    """Code going on with the client's tools joins the unit it began in the tail kept from
+    the last turn, as it does when the whole history is grouped."""
+    extended = None
+    for split in [*sorted(splits), None]:
+        extended = grouped_tail(items[:split], lambda m: 1, True, extended, ANTHROPIC)
+    at_once = grouped_tail(items, lambda m: 1, True, None, ANTHROPIC)
+    assert extended is not None and extended.units == at_once.units
 
 
 @SLOW
@@ -356,6 +371,7 @@ def test_code_that_calls_the_apps_tool_streams_is_stored_and_goes_on(
                 out = f"City {n}: " + "a long report of museums and parks. " * 12
                 history.append(user(answered(calls[0]["id"], out)))
     assert any(k != "none" for k in kinds), "reduced"
-    finished = [m for m in history if m["role"] == "assistant" and ANTHROPIC.continues(m)]
+    results = [b for m in history if m["role"] == "assistant" for b in m["content"]]
+    finished = [b for b in results if b["type"] == "code_execution_tool_result"]
     assert len(finished) == 14  # every code run ended with its result
     assert len(upstream.messages_requests()) == 40 + 14  # each accepted by the fake

@@ -55,11 +55,8 @@ class Items:
     def travels_with_next(self, item: Item) -> bool:
         return item.get("type") == "reasoning"
 
-    def held_by(self, item: Item) -> str:
-        return ""
-
-    def continues(self, item: Item) -> bool:
-        return False
+    def held_by(self, item: Item) -> tuple[str, ...]:
+        return ()
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(i.get("type") in ("function_call", "function_call_output") for i in items)

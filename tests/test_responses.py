@@ -509,12 +509,12 @@ def test_a_program_grouped_turn_by_turn_is_the_program_grouped_at_once(
     items: list[Message], data: st.DataObject
 ) -> None:
     """The tail kept from the last turn is extended, not regrouped: a program still running
-    then has its next calls, and its output, join the unit it began."""
+    then has its next calls, and its output, join the unit it began, turn after turn."""
     from proxy.reduction.tail import grouped_tail
 
-    split = data.draw(st.integers(0, len(items)))
-    earlier = grouped_tail(items[:split], count, True, None, RESPONSES)
-    extended = grouped_tail(items, count, True, earlier, RESPONSES)
+    extended = None
+    for split in [*sorted(data.draw(st.lists(st.integers(0, len(items)), max_size=4))), None]:
+        extended = grouped_tail(items[:split], count, True, extended, RESPONSES)
     at_once = grouped_tail(items, count, True, None, RESPONSES)
-    assert extended.units == at_once.units
+    assert extended is not None and extended.units == at_once.units
     assert extended.forward == at_once.forward and extended.sizes == at_once.sizes

@@ -65,15 +65,15 @@ class Dialect(Protocol):
         """An opaque item (reasoning, thinking) that must stay with the item after it."""
         ...
 
-    def held_by(self, item: Item) -> str:
-        """The call holding the item ("": none): a call that makes calls of its own (a
-        Responses program) holds them, their results and its own outputs, and its unit
-        runs from it to the last item it holds."""
-        ...
+    def held_by(self, item: Item) -> tuple[str, ...]:
+        """The ids of the runs the item belongs to (none for most items).
 
-    def continues(self, item: Item) -> bool:
-        """An item that must stay with the items before it: it goes on with a tool run the
-        provider began there (Anthropic's code execution, waiting on the client's tools)."""
+        A run is one tool's work spread over several items: a Responses program, the
+        calls it makes, their outputs and its own output; Anthropic's code execution
+        waiting on the client's tools, or a server tool resumed after a paused turn. The
+        provider rejects a run cut apart, so its unit reaches from its first item to its
+        last.
+        """
         ...
 
     def holds_tools(self, items: Sequence[Item]) -> bool:

@@ -104,26 +104,27 @@ class AnthropicItems:
     def travels_with_next(self, item: Item) -> bool:
         return False
 
-    def held_by(self, item: Item) -> str:
-        return ""
-
-    def continues(self, item: Item) -> bool:
-        # A server tool's result, or a call made from code, whose server tool use is in an
-        # earlier message: code execution that waited on the client's tools, or a paused turn.
+    def held_by(self, item: Item) -> tuple[str, ...]:
+        # The server tool uses the message leaves open (code execution waiting on the
+        # client's tools, a paused turn) or goes on with: a result, or a call made from
+        # code, whose use is in an earlier message. A use answered in the message itself
+        # (most web searches) is no run.
         content = item.get("content")
         if item.get("role") != "assistant" or type(content) is not list:
-            return False
+            return ()
         # Most messages hold text, thinking and direct calls only: read once, in C.
         if all(type(b) is dict and b.get("type") in PLAIN and "caller" not in b for b in content):
-            return False
-        content = blocks(item)
-        own = {b.get("id") for b in content if b.get("type") in SERVER_USES}
-        for b in content:
-            if is_server_result(b) and b.get("tool_use_id") not in own:
-                return True
-            if called_from(b) not in (None, *own):
-                return True
-        return False
+            return ()
+        uses, results, callers = set(), set(), set()
+        for b in blocks(item):
+            kind = b.get("type")
+            if kind in SERVER_USES:
+                uses.add(b.get("id"))
+            elif kind in PLAIN:
+                callers.add(called_from(b))
+            elif is_server_result(b):
+                results.add(b.get("tool_use_id"))
+        return tuple(sorted(str(r) for r in (uses ^ results) | callers - {None}))
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(

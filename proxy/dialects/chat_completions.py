@@ -54,11 +54,8 @@ class ChatCompletions:
     def travels_with_next(self, item: Item) -> bool:
         return False
 
-    def held_by(self, item: Item) -> str:
-        return ""
-
-    def continues(self, item: Item) -> bool:
-        return False
+    def held_by(self, item: Item) -> tuple[str, ...]:
+        return ()
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         # A message at a time in C: this runs over the tail of every turn.

@@ -33,7 +33,7 @@ CALLS = {
     "local_shell_call": ("local_shell_call_output", "call_id"),
     "mcp_approval_request": ("mcp_approval_response", "approval_request_id"),
     # Programmatic tool calling: a program's output names it; the calls it makes name
-    # it as their `caller` (`held_by`).
+    # it as their `caller` (all are the program's run: `held_by`).
     "program": ("program_output", "call_id"),
 }
 ANSWERS = {answer: key for answer, key in CALLS.values()}
@@ -99,16 +99,13 @@ class ResponsesItems:
     def travels_with_next(self, item: Item) -> bool:
         return kind(item) == "reasoning"
 
-    def held_by(self, item: Item) -> str:
-        if kind(item) in ("program", "program_output"):
-            return str(item.get("call_id", ""))
+    def held_by(self, item: Item) -> tuple[str, ...]:
+        # A program's run: the program, its output, and the calls naming it as `caller`.
+        program = item.get("call_id") if kind(item) in ("program", "program_output") else None
         caller = item.get("caller")
         if isinstance(caller, dict) and caller.get("type") == "program":
-            return str(caller.get("caller_id", ""))
-        return ""
-
-    def continues(self, item: Item) -> bool:
-        return False
+            program = caller.get("caller_id")
+        return (str(program),) if program else ()
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)

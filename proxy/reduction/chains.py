@@ -15,6 +15,8 @@ testable on its own.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -150,41 +152,32 @@ def _attach_opaque(units: list[Unit]) -> list[Unit]:
     return out
 
 
-def _hold(units: list[Unit], dialect: Dialect) -> list[Unit]:
-    """Merge the units from a holding call (a program) to the last item it holds (the calls
-    it makes, their results, its outputs) into one; holders whose stretches overlap share one.
+def _merge_runs(units: list[Unit], held: Sequence[tuple[str, ...]]) -> list[Unit]:
+    """Merge the units from the first item of each run to its last into one; runs whose
+    stretches overlap share one. `held` is each item's runs (`Dialect.held_by`), in order.
 
-    A program's output may come turns of calls after it: the units between are its work.
+    A run's end may come turns of calls after its start (a program's output, code
+    execution's result): the units between are its work.
     """
-    held = [{h for m in u.messages if (h := dialect.held_by(m))} for u in units]
-    last = {h: i for i, holders in enumerate(held) for h in holders}
-    out: list[Unit] = []
-    i = 0
-    while i < len(units):
-        end = j = i
-        while j <= end:  # the stretch grows while the units in it hold on further
-            end = max([end, *(last[h] for h in held[j])])
-            j += 1
-        if end == i:
-            out.append(units[i])
+    ends = list(itertools.accumulate(len(u.messages) for u in units))  # past each unit's last item
+    spans: dict[str, list[int]] = {}  # run -> [its first unit, its last unit]
+    for k in itertools.compress(range(len(held)), held):
+        unit = bisect.bisect_right(ends, k)
+        for run in held[k]:
+            spans.setdefault(run, [unit, 0])[1] = unit
+    stretches: list[list[int]] = []
+    for first, last in sorted(spans.values()):
+        if stretches and first <= stretches[-1][1]:
+            stretches[-1][1] = max(stretches[-1][1], last)
         else:
-            out.append(
-                Unit.of(*(m for u in units[i : end + 1] for m in u.messages), dialect=dialect)
-            )
-        i = end + 1
-    return out
-
-
-def _attach_continued(units: list[Unit]) -> list[Unit]:
-    """Put each unit that goes on with a tool run the one before began (Anthropic's code
-    execution calling the client's tools, then its result) in that unit."""
+            stretches.append([first, last])
     out: list[Unit] = []
-    for unit in units:
-        if out and unit.dialect.continues(unit.head):
-            out[-1] = Unit.of(*out[-1].messages, *unit.messages, dialect=unit.dialect)
-        else:
-            out.append(unit)
-    return out
+    done = 0  # units[:done] are in `out`
+    for first, last in stretches:
+        merged = [m for u in units[first : last + 1] for m in u.messages]
+        out += [*units[done:first], Unit.of(*merged, dialect=units[first].dialect)]
+        done = last + 1
+    return out + units[done:]
 
 
 def answered(messages: Iterable[Message], dialect: Dialect) -> set[str]:
@@ -202,10 +195,9 @@ def group(
     units = _attach_results(units)
     if dialect.opaque_items and any(map(dialect.travels_with_next, messages)):
         units = _attach_opaque(units)
-    if dialect.separate_calls and any(map(dialect.held_by, messages)):
-        units = _hold(units, dialect)
-    if any(map(dialect.continues, messages)):
-        units = _attach_continued(units)
+    held = list(map(dialect.held_by, messages))
+    if any(held):
+        units = _merge_runs(units, held)
     for step in passes:
         units = step(units)
     return tuple(units)

@@ -11,9 +11,12 @@ Reuse is exact, not approximate: units are a left fold in which a message
 can only join the unit right before it, and the repair passes act on each
 unit alone, so every unit but the last of a prefix is final. The last one is
 regrouped together with the new messages (a tool result may still join it).
-The one exception is an item a call holds (`Dialect.held_by`: what a running
-program does): its unit reaches back to the holder's, which is regrouped
-with everything after it.
+The one exception is an item of a run (`Dialect.held_by`: a running
+program's calls, code execution going on after the client's tools answered):
+its unit reaches back to the run's first item, whose unit is regrouped with
+everything after it. Where each run is, the tail learns the first turn that
+needs it (`runs`) and keeps up to date from then on, so such a turn does not
+read the whole tail again.
 
 The running sums let `finish` keep a suffix of units without walking them:
 the tokens, client messages and forwarded messages before unit `i` are
@@ -50,6 +53,9 @@ class Tail:
     forward: tuple[Message, ...]
     forward_sums: tuple[int, ...]
     repaired: tuple[int, ...]  # indices of repaired units, ascending
+    # The unit holding each run, by run id (one unit holds all of a run's items); None
+    # until a turn's new messages go on with a run.
+    runs: dict[str, int] | None = None
     # Running summary-key digests: previous texts -> (units hashed, digest state).
     keys: dict[tuple[str, ...], tuple[int, Any]] = field(default_factory=dict, repr=False)
 
@@ -105,6 +111,9 @@ class Tail:
             forward=self.forward[forwards:],
             forward_sums=tuple(f - forwards for f in self.forward_sums[at:]),
             repaired=tuple(r - at for r in self.repaired if r >= at),
+            runs=None
+            if self.runs is None
+            else {r: i - at for r, i in self.runs.items() if i >= at},
         )
 
 
@@ -144,15 +153,23 @@ def grouped_tail(
     """
     messages = tuple(messages)
     keep = 0
+    runs: dict[str, int] | None = None
     if memo is not None and memo.repair == repair and memo.units:
         n = len(memo.messages)
         if n <= len(messages) and messages[:n] == memo.messages:
-            keep = _held_from(memo.units, messages[n:], dialect)
+            keep = len(memo.units) - 1  # the last unit may still grow
+            runs = memo.runs
+            going_on = {r for m in messages[n:] for r in dialect.held_by(m)}
+            if going_on:  # a run reaches back to the unit of its first item
+                runs = _runs(memo.units, dialect) if runs is None else runs
+                keep = min([keep, *(runs[r] for r in going_on if r in runs)])
     start = memo.message_sums[keep] if memo is not None and keep else 0
     fresh = group(messages[start:], REPAIR_PASSES if repair else (), dialect)
+    if runs is not None:
+        runs = {r: i for r, i in runs.items() if i < keep} | _runs(fresh, dialect, keep)
     sizes = tuple(sum(count(m) for m in u.forward) for u in fresh)
     if memo is None or keep == 0:
-        return _build(messages, fresh, sizes, repair, (0,), (0,), (0,), (), ())
+        return _build(messages, fresh, sizes, repair, (0,), (0,), (0,), (), (), runs=runs)
     tail = _build(
         messages,
         memo.units[:keep] + fresh,
@@ -164,21 +181,17 @@ def grouped_tail(
         memo.forward[: memo.forward_sums[keep]],
         tuple(r for r in memo.repaired if r < keep),
         fresh_from=keep,
+        runs=runs,
     )
     tail.keys.update({p: (n, d) for p, (n, d) in memo.keys.items() if n <= keep})
     return tail
 
 
-def _held_from(units: Sequence[Unit], new: Sequence[Message], dialect: Dialect) -> int:
-    """The first of `units` the `new` messages may join: the last one, or the earliest that
-    holds what one of them is held by (a program the new items carry on)."""
-    keep = len(units) - 1
-    holders = {h for m in new if (h := dialect.held_by(m))} if dialect.separate_calls else ()
-    if holders:
-        for i in range(keep - 1, -1, -1):
-            if any(dialect.held_by(m) in holders for m in units[i].messages):
-                keep = i
-    return keep
+def _runs(units: Sequence[Unit], dialect: Dialect, first: int = 0) -> dict[str, int]:
+    """The index (from `first`) of the unit holding each run the `units` hold."""
+    return {
+        r: first + i for i, u in enumerate(units) for m in u.messages for r in dialect.held_by(m)
+    }
 
 
 def _build(
@@ -192,6 +205,7 @@ def _build(
     forward: tuple[Message, ...],
     repaired: tuple[int, ...],
     fresh_from: int = 0,
+    runs: dict[str, int] | None = None,
 ) -> Tail:
     """Extend the sums (which cover `units[:fresh_from]`) over the remaining units."""
     fresh = units[fresh_from:]
@@ -210,4 +224,5 @@ def _build(
             1:
         ],
         repaired=repaired + tuple(fresh_from + i for i, u in enumerate(fresh) if u.repaired),
+        runs=runs,
     )
