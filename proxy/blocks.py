@@ -147,12 +147,23 @@ def said(part: Any) -> str:
     if kind in CALLS:
         arguments = orjson.dumps(part.get("input"), option=orjson.OPT_NON_STR_KEYS).decode()
         return f"{part.get('name', '')}({arguments})"
-    if isinstance(kind, str) and kind.endswith("_tool_result"):  # a server tool's result
+    if is_server_result(part):
         return "\n".join(_words(part.get("content")))
     return ""
 
 
-CALLS = ("tool_use", "server_tool_use", "mcp_tool_use")
+# A tool Anthropic runs itself (web search, code execution, an MCP server's tool): the
+# model's use of it and its result (`web_search_tool_result`, `mcp_tool_result`, ...) both
+# sit in assistant messages, the result after the use.
+SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
+CALLS = frozenset({"tool_use", *SERVER_USES})
+
+
+def is_server_result(block: dict[str, Any]) -> bool:
+    kind = block.get("type")
+    return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
+
+
 # What a server tool's result holds that reads as words: code's output, a file
 # viewed, a search hit's title and address, a tool found; not the ids, error codes,
 # nor the encrypted or base64 content Anthropic alone reads.

@@ -153,8 +153,8 @@ def test_a_pdf_counts_a_page_figure_per_page() -> None:
 
 def test_what_a_server_tool_returns_counts_as_itself() -> None:
     """A PDF that web fetch read and a screenshot an MCP tool returned sit inside their
-    result blocks; counted by the size of their base64, one such block (500,066 and
-    666,701 tokens) was more than a 200k window."""
+    result blocks; counted by the size of their base64, one such block would be more
+    than a 200k window."""
     source = {"type": "base64", "media_type": "application/pdf", "data": b64(pdf(3, 1_500_000))}
     page = {"type": "document", "source": source}
     fetched = {"type": "web_fetch_result", "url": "https://example.com/a.pdf", "content": page}

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ..blocks import THINKING
+from ..blocks import SERVER_USES, THINKING, is_server_result
 from ..messages import text_of
 from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
@@ -38,17 +38,8 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-# A tool Anthropic runs itself (web search, code execution, an MCP server's tool): the
-# model's use of it and its result (`web_search_tool_result`, `mcp_tool_result`, ...) both
-# sit in assistant messages, the result after the use.
-SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
 # Blocks that go on with nothing begun before them (a `tool_use` without a `caller`).
 PLAIN = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
-
-
-def is_server_result(block: dict[str, Any]) -> bool:
-    kind = block.get("type")
-    return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
 
 
 def called_from(block: dict[str, Any]) -> Any:

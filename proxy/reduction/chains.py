@@ -60,12 +60,9 @@ class Unit:
 
     @property
     def call_ids(self) -> list[str]:
-        dialect = self.dialect
-        if dialect.opaque_items and not dialect.separate_calls:
-            return dialect.call_ids(self.head)
         # Calls made as items of their own, or again after results (code execution that
         # calls the client's tools in rounds), are all the unit's.
-        return [i for m in self.messages for i in dialect.call_ids(m)]
+        return [i for m in self.messages for i in self.dialect.call_ids(m)]
 
     @property
     def has_tool_calls(self) -> bool:

@@ -121,8 +121,7 @@ def _same_format(key: ConvKey, state: Any, route: str) -> None:
     Anthropic's `messages`, Anthropic's blocks to OpenAI, while the request's
     own instructions are not in the history at all. Nothing stored changes.
     """
-    stored = SnapshotState.from_json(state)
-    started = stored.route if stored is not None else ""
+    started = state.get("route", "") if isinstance(state, dict) else ""
     if started and started != route:
         raise ProxyError(
             400,
