@@ -121,8 +121,9 @@ def as_meant(message: Message) -> Message:
     So content blocks lose their cache markers and null fields, one plain
     text block reads as its string, and an assistant message loses the
     response-only fields that say nothing (`content: null` stays: the proxy
-    stores it so). Only the identity changes: a message goes upstream as
-    the client sent it.
+    stores it so, and an answer resent without its `content`, as
+    `exclude_none` serialises a tool call's message, reads as that null).
+    Only the identity changes: a message goes upstream as the client sent it.
     """
     if type(message) is not dict:
         return message
@@ -133,6 +134,8 @@ def as_meant(message: Message) -> Message:
             message = {**message, "content": meant}
     if message.get("role") != "assistant":
         return message
+    if "content" not in message:  # a client's `exclude_none` drops the null the proxy stores
+        message = {**message, "content": None}
     if not any(k in message and _empty(message[k]) for k in _RESPONSE_ONLY):
         return message
     return {k: v for k, v in message.items() if not (k in _RESPONSE_ONLY and _empty(v))}

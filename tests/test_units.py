@@ -369,7 +369,8 @@ def test_an_answer_resent_with_its_response_fields_hashes_as_stored(
     calls = {"role": "assistant", "content": None, "tool_calls": [call("c1")]}
     as_parsed = {**calls, "refusal": None, "annotations": []}
     assert message_hash(as_parsed) == message_hash(calls)
-    assert message_hash({"role": "assistant", "tool_calls": [call("c1")]}) != message_hash(calls)
+    # Serialised with `exclude_none`, the call's message has no `content`: the same message.
+    assert message_hash({"role": "assistant", "tool_calls": [call("c1")]}) == message_hash(calls)
     # Other roles keep every field: a null there is the client's to mean.
     asked = {"role": "user", "content": "q"}
     assert (message_hash({**asked, "name": None}) == message_hash(asked)) is False
