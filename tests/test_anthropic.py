@@ -402,6 +402,9 @@ def test_a_prefill_and_its_answer_are_kept_as_one_message() -> None:
     history = [user(text("q")), {"role": "assistant", "content": "{"}]
     assert ANTHROPIC_WIRE.prefill(history) is history[-1]
     assert ANTHROPIC_WIRE.prefill(history[:1]) is None
+    # Alone, it starts the answer to the stored history (append mode), and is no turn else.
+    assert ANTHROPIC_WIRE.prefill(history[1:], appended=True) is history[-1]
+    assert ANTHROPIC_WIRE.prefill(history[1:]) is None
     assert (
         ANTHROPIC_WIRE.prefill([user(text("q")), {"role": "assistant", "content": [tool_use("c")]}])
         is None

@@ -221,9 +221,11 @@ class Wire(Protocol):
         """Tokens the request keeps free for the answer."""
         ...
 
-    def prefill(self, items: Sequence[Item]) -> Item | None:
+    def prefill(self, items: Sequence[Item], appended: bool = False) -> Item | None:
         """The history's last item when it is the start of the answer (Anthropic's prefill:
-        an assistant message the model continues), else None."""
+        an assistant message the model continues), else None. `appended`: the items
+        follow the stored history (append mode), so one alone can be a prefill; a full
+        history of it alone is no turn."""
         ...
 
     def definitions(self, payload: dict[str, Any]) -> list[Any]:

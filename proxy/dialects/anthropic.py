@@ -211,9 +211,9 @@ class AnthropicWire(body_checks.JsonWire):
     def forwarded(self, items: Sequence[Item]) -> Sequence[Item]:
         return anthropic_request.alternate(items)
 
-    def prefill(self, items: Sequence[Item]) -> Item | None:
+    def prefill(self, items: Sequence[Item], appended: bool = False) -> Item | None:
         # Text only: an assistant message with calls or thinking is no answer's start.
-        last = items[-1] if items else None
+        last = items[-1] if len(items) > 1 or (items and appended) else None
         if last is None or last.get("role") != "assistant":
             return None
         content = last.get("content")

@@ -114,7 +114,7 @@ class JsonWire:
         message are among them)."""
         return self.history(payload)
 
-    def prefill(self, items: Sequence[Any]) -> Any | None:
+    def prefill(self, items: Sequence[Any], appended: bool = False) -> Any | None:
         return None
 
     def reserved_output(self, payload: dict[str, Any]) -> int:

@@ -105,9 +105,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         given = {**given, "x-conversation-id": chained.key.conversation}
         resend, mode = Resend(ctx.sessions, given, body, enabled=False), "append"
     messages = wire.history(payload)
-    prefill = wire.prefill(messages)
-    if len(messages) == 1 and mode != "append":
-        prefill = None  # a full history of a prefill alone is no turn
+    prefill = wire.prefill(messages, appended=mode == "append")
     if prefill is not None:  # the answer's start: the turn is the history before it
         messages = messages[:-1]
         resend = Resend(ctx.sessions, given, body, enabled=False)
