@@ -23,7 +23,7 @@ from proxy.reduction.chains import group
 from proxy.reduction.tail import grouped_tail
 
 from .servers import run_server, serve_proxy
-from .test_anthropic import HEADERS, SLOW, accepted, text, user
+from .test_anthropic import HEADERS, ROOMY, SLOW, accepted, text, user
 from .test_media_tokens import b64, pdf
 
 
@@ -176,7 +176,9 @@ def test_a_tail_extended_turn_by_turn_is_the_tail_grouped_at_once(
 def test_every_strategy_keeps_server_tools_with_their_results(
     items: list[Item], strategy: str, window: int
 ) -> None:
-    accepted(items, strategy, window)
+    body = accepted(items, strategy, window)
+    # Refused only for its size: in a window large enough the same history goes.
+    assert body is not None or accepted(items, strategy, ROOMY) is not None
 
 
 def test_the_fake_refuses_server_tool_blocks_out_of_place() -> None:

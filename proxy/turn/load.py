@@ -84,7 +84,8 @@ async def _append(
         type="server_error",
         code="store_unavailable",
     )
-    problem = ctx.store.problem()
+    # A chained turn's `continued` asked already, and passes the request through.
+    problem = ctx.store.problem() if chained is None else None
     if problem is not None:
         log.warning("append turn of %s refused: %s", key.conversation, problem)
         raise unavailable

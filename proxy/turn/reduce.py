@@ -121,6 +121,8 @@ def _made_ahead(
     They count in the conversation's analytics with the turn that uses them, as
     the ones a turn waits for do: a preparation that is never used counts nowhere.
     """
+    if not prepared:
+        return 0, 0
     before = set(loaded.turn.working.state.summaries)
     key_of = {text: key for key, text in prepared.items()}
     new = [block for block in reduction.state.summaries if block not in before]
