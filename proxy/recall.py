@@ -64,10 +64,14 @@ def terms(text: str) -> list[tuple[str, ...]]:
     """The question's search terms: each word with the other forms of its verb.
 
     A name is passed capitalised, as the question writes it (FTS5 ignores case;
-    the floor weighs names differently).
+    the floor weighs names differently). A name the text addresses ("How was the
+    hike, Evan?") is whom it speaks to, not what it is about: left out.
     """
     named = _names(text)
-    return [forms(w) if w in FORMS else (named.get(w, w),) for w in words(text)]
+    spoken_to = {w for w, name in named.items() if relevance.addressing(name).search(text)}
+    return [
+        forms(w) if w in FORMS else (named.get(w, w),) for w in words(text) if w not in spoken_to
+    ]
 
 
 def _names(text: str) -> dict[str, str]:

@@ -24,11 +24,11 @@ def hit(seq: int, text: str = "", role: str = "user", score: float = 1.0) -> Sea
     return SearchHit(seq=seq, turn=seq, role=role, text=text or f"message {seq}", score=score)
 
 
-@given(POSTINGS, st.integers(40, 400))
+@given(POSTINGS, st.integers(40, 400), st.booleans())
 def test_a_passing_message_holds_a_specific_word_and_half_the_weight(
-    postings: dict[str, frozenset[int]], total: int
+    postings: dict[str, frozenset[int]], total: int, about: bool
 ) -> None:
-    passed = relevance.passing(postings, total)
+    passed = relevance.passing(postings, total, about=about)
     rare = max(relevance.RARE_DOCS, relevance.RARE_SHARE * total)
     weights = {w: relevance.idf(total, len(p)) for w, p in postings.items() if p}
     new = relevance.UNSEEN_SHARE * relevance.idf(total, 1)
@@ -42,10 +42,25 @@ def test_a_passing_message_holds_a_specific_word_and_half_the_weight(
             if len(postings[a] & postings[b]) <= rare and not (a.isdigit() or b.isdigit())
         ]
         assert any(len(postings[w]) <= rare and not w.isdigit() for w in held) or (beyond and met)
-        # Half the weight, or a word said in so few messages that it alone names the subject.
+        # Half the weight, or a word said in so few messages that it alone names the
+        # subject, or a specific word when the question names whom it asks about.
         seldom = any(len(postings[w]) <= relevance.RARE_DOCS and not w.isdigit() for w in held)
-        assert seldom or sum(weights[w] for w in held) >= relevance.MATCHED_SHARE * weight
+        share = sum(weights[w] for w in held) >= relevance.MATCHED_SHARE * weight
+        assert seldom or share or about
     assert len(set(passed)) == len(passed)
+
+
+@given(POSTINGS, st.integers(40, 400))
+def test_a_question_naming_whom_it_asks_about_passes_every_message_with_a_specific_word(
+    postings: dict[str, frozenset[int]], total: int
+) -> None:
+    named = set(relevance.passing(postings, total, about=True))
+    rare = max(relevance.RARE_DOCS, relevance.RARE_SHARE * total)
+    specific = {i for w, p in postings.items() if len(p) <= rare and not w.isdigit() for i in p}
+    assert specific | set(relevance.passing(postings, total)) == named
+    # A turn that asks nothing names no subject that way: its floor is unchanged.
+    stated = relevance.passing(postings, total, asks=False)
+    assert relevance.passing(postings, total, asks=False, about=True) == stated
 
 
 @given(POSTINGS, st.integers(40, 400))
@@ -308,6 +323,9 @@ def test_a_name_is_a_word_written_capitalised_inside_a_sentence_and_never_lower(
     assert recall.terms("Painting? Which painting did EVAN like?") == [("painting",), ("evan",)]
     assert recall.terms("Caroline went where? Ask Caroline.")[0] == ("Caroline",)
     assert recall.terms("Dogs and cats: which dogs?")[0] == ("dogs",)
+    # Whom a question speaks to is not what it is about.
+    assert recall.terms("How was the hike, Evan?") == [("hike",)]
+    assert recall.terms("Did Maya like the hike, Evan?") == [("Maya",), ("hike",)]
 
 
 @given(st.sampled_from(sorted(english.FORMS)), st.sampled_from(sorted(english.FORMS)))

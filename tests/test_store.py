@@ -797,6 +797,29 @@ async def test_a_word_given_with_its_forms_matches_any_and_weighs_as_one(store: 
 
 
 @pytest.mark.asyncio
+async def test_a_question_naming_whom_it_asks_about_needs_only_a_specific_word(
+    store: Store,
+) -> None:
+    messages = chat_between_friends() * 3  # 75 messages: a word in 3 of them is specific
+    studio = [
+        "Pottery class was great: I threw a pitcher on the wheel at the studio.",
+        "The studio is closed this week.",
+        "Maya, the studio has a new kiln!",
+    ]
+    for at, text in zip((10, 30, 50), studio, strict=True):
+        messages[at] = user(text)
+    await store.commit(turn(ALICE, messages))
+    # Asked about Evan in the asker's own words: three of them never said, so "studio"
+    # carries less than half the question's weight.
+    asked = ["Evan", "ceramic", "piece", "create", "studio"]
+    hits = await store.search(ALICE, asked, limit=5)
+    assert sorted(h.text for h in hits) == sorted(studio)
+    # The same words naming no one (a question to the other side) need their share.
+    assert await store.search(ALICE, asked[1:], limit=5) == []
+    assert await store.search(ALICE, asked, limit=5, asks=False) == []
+
+
+@pytest.mark.asyncio
 async def test_a_hit_that_asks_carries_what_answered_it(store: Store) -> None:
     messages = chat_between_friends()
     await store.commit(turn(ALICE, messages))

@@ -31,6 +31,15 @@ still a match. The floor asks more of a hit than a score:
   interest's word and a verb, each said every session, said together once. A
   question that shares only the conversation's everyday words finds nothing,
   nor does one that shares only a number ("day 50" against "budget 50 euros").
+- A question that names whom or what it asks about (a word it writes
+  capitalised inside a sentence, not to address the other side: "What did
+  Melanie's son start at the Y?") needs only a specific word, not the share.
+  Such a question is asked from outside what was said (in the third person,
+  by someone reading the conversation back), in words of its own, and the
+  statement said it in the first person and its own words ("Owen had his
+  first gymnastics class, at the YMCA downtown"): how many words they share
+  says little, and BM25 orders what passes. A question to the other side
+  ("How was the hike?") names no one, and keeps the share.
 - What a turn says rather than asks (a statement, or the sentences of a turn
   that read as neither a question nor a request to recall:
   `proxy.english.asking`) is searched as a question is, but only the words in
@@ -97,11 +106,14 @@ def idf(total: int, docs: int) -> float:
     return math.log(1 + (total - docs + 0.5) / (docs + 0.5))
 
 
-def passing(postings: Mapping[str, Set[int]], total: int, *, asks: bool = True) -> list[int]:
+def passing(
+    postings: Mapping[str, Set[int]], total: int, *, asks: bool = True, about: bool = False
+) -> list[int]:
     """The messages (by id) that pass the floor, for the question's counted words' postings.
 
     `asks` is false for a turn that asks nothing: then only words in at most
-    `RARE_DOCS` messages are specific.
+    `RARE_DOCS` messages are specific. `about`: the question names someone or
+    something, and any message with a specific word passes.
     """
     seen = {w: p for w, p in postings.items() if p}
     weights = {w: idf(total, len(p)) for w, p in seen.items()}
@@ -133,6 +145,10 @@ def passing(postings: Mapping[str, Set[int]], total: int, *, asks: bool = True) 
     # for "we painted the bedroom navy"): its messages need no share of the weight.
     if asks:
         passed.update(*(seen[w] for w in specific if len(seen[w]) <= RARE_DOCS))
+    # A question that names whom or what it asks about is asked from outside what was
+    # said, in its own words; see the module's docstring.
+    if asks and about:
+        passed |= has_specific
     return sorted(passed)
 
 

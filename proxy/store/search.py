@@ -174,7 +174,10 @@ def search(
         and _addressed(db, w, p)
     ]
     counted = {w: frozenset(p.values()) for w, p in postings.items() if w not in names}
-    passing = set(relevance.passing(counted, total, asks=asks))
+    # A capitalised word is a name the question writes (`recall.terms`): it says whom
+    # or what the question is about.
+    about = asks and any(w[:1].isupper() for w in postings)
+    passing = set(relevance.passing(counted, total, asks=asks, about=about))
     wanted = [w for w in wanted if w not in names]
     eligible = sorted({r for w in wanted for r, seq in postings[w].items() if seq in passing})
     if not eligible:
