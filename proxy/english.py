@@ -264,6 +264,39 @@ def forms(word: str) -> tuple[str, ...]:
     return FORMS.get(word, (word,))
 
 
+# Whom a speaker calls by their relation ("my sister") and, now and then, by name ("my
+# sister Rosa"), after which the name alone ("Rosa's new place"); a question asks by
+# the relation ("Where did Caroline's sister move?").
+# fmt: off
+RELATIONS = frozenset((
+    "son", "daughter", "kid", "child", "boy", "girl", "baby", "brother", "sister", "wife",
+    "husband", "partner", "boyfriend", "girlfriend", "fiance", "fiancee", "mom", "mum",
+    "mother", "dad", "father", "grandma", "grandmother", "grandpa", "grandfather", "aunt",
+    "uncle", "cousin", "nephew", "niece", "friend", "roommate", "neighbor", "neighbour",
+    "boss", "coworker", "colleague", "manager", "mentor", "teacher", "coach", "dog", "cat",
+    "puppy", "kitten", "pet", "horse", "bird",
+))
+# fmt: on
+
+
+@functools.cache
+def _naming(relation: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"\b(?i:my|our|your)\s+(?:(?i:[a-z]+)\s+)?(?i:{re.escape(relation)})s?,?\s+([A-Z][a-z]+)\b"
+    )
+
+
+def named(relation: str, text: str) -> set[str]:
+    """The names `text` gives the speaker's `relation`, lower-cased: "my sister Rosa",
+    "our little dog, Biscuit", "your brother Sam" (a word of the relation's kind
+    between: "little", "older", "new")."""
+    return {
+        name
+        for m in _naming(relation).finditer(text)
+        if (name := m.group(1).lower()) not in STOPWORDS and name not in RELATIONS
+    }
+
+
 # Stems made so far; cleared when full (a conversation's vocabulary is a few thousand words).
 STEMS_KEPT = 100_000
 # Longer "words" (encoded data, minified code in tool results) are their own stem: no

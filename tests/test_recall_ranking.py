@@ -302,6 +302,22 @@ def test_new_words_count_at_half_the_weight_of_a_word_said_once() -> None:
     assert relevance.passing({"museum": thrice, "opera": never, "ballet": never}, 100) == []
 
 
+@pytest.mark.parametrize(
+    ("relation", "text", "names"),
+    [
+        ("sister", "Family news: my little sister Rosa is moving.", {"rosa"}),
+        ("dog", "Our dog, Biscuit, dug up the garden. My Dog Max too.", {"biscuit", "max"}),
+        ("brother", "Your brother Sam called.", {"sam"}),
+        # A relation named by no one, or by a word that is no name.
+        ("sister", "My sister is moving. My sister And I argued.", set()),
+        ("sister", "Rosa is my sister.", set()),
+        ("son", "My son's teacher Mr Brown", set()),
+    ],
+)
+def test_a_relation_is_named_right_after_it(relation: str, text: str, names: set[str]) -> None:
+    assert english.named(relation, text) == names
+
+
 def test_a_verb_is_searched_in_all_its_forms_and_short_ones_count() -> None:
     assert recall.terms("Where did Evan go, and what did he see?") == [
         ("Evan",),

@@ -820,6 +820,22 @@ async def test_a_question_naming_whom_it_asks_about_needs_only_a_specific_word(
 
 
 @pytest.mark.asyncio
+async def test_a_relation_is_searched_by_the_names_it_is_called_by(store: Store) -> None:
+    messages = chat_between_friends()
+    told = "Family news: my little sister Rosa is moving to Seattle."
+    later = "I spent the weekend at Rosa's new place. We went kayaking!"
+    messages[3], messages[15] = user(told), user(later)
+    messages[7] = assistant("My friend Maya says the museum is worth it.")
+    await store.commit(turn(ALICE, messages))
+    # "What did Evan and his sister do when he went to visit?": only "Rosa" finds the visit.
+    hits = await store.search(ALICE, ["Evan", "sister", "visit", "together"], limit=5)
+    assert sorted(h.text for h in hits) == sorted([told, later])
+    # A name the sides call each other by ("Hi Maya") is no friend's other name.
+    hits = await store.search(ALICE, ["Evan", "friend", "museum"], limit=5)
+    assert [h.text for h in hits] == [messages[7]["content"]]
+
+
+@pytest.mark.asyncio
 async def test_a_hit_that_asks_carries_what_answered_it(store: Store) -> None:
     messages = chat_between_friends()
     await store.commit(turn(ALICE, messages))

@@ -37,6 +37,8 @@ from proxy.store.base import SearchHit, StoreError
 from proxy.store.replies import Replies, whole
 
 MAX_WORDS = 16
+# Messages holding a relation ("sister") read for the names it is called by.
+ALIAS_SAMPLE = 50
 # The roles whose messages are indexed: what was said, not the instructions.
 SEARCHED = ("user", "assistant", "tool")
 
@@ -165,6 +167,7 @@ def search(
     ).fetchone()
     if not total:
         return []
+    forms = _aliased(db, tag, forms, wanted, within)
     postings = {w: _postings(db, tag, forms[w], within) for w in wanted}
     names = [
         w
@@ -214,6 +217,32 @@ def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...
             written.setdefault(key, group[0])
             merged[key] = tuple(dict.fromkeys((*merged.get(key, ()), *map(str.lower, group))))
     return {written[key]: group for key, group in merged.items()}
+
+
+def _aliased(
+    db: sqlite3.Connection,
+    tag: str,
+    forms: dict[str, tuple[str, ...]],
+    wanted: Sequence[str],
+    within: Set[str] | None,
+) -> dict[str, tuple[str, ...]]:
+    """`forms`, each relation the question asks by ("Caroline's sister") given the names
+    the conversation calls it by ("my sister Rosa"), which the floor then weighs with
+    it as one word: what is said of her later says "Rosa".
+
+    Names are read in the first `ALIAS_SAMPLE` messages holding the relation; a name
+    the sides call each other by is not one.
+    """
+    out = dict(forms)
+    for word in wanted:
+        if word.lower() not in english.RELATIONS:
+            continue
+        rows = sorted(_postings(db, tag, forms[word], within))[:ALIAS_SAMPLE]
+        bodies = db.execute(_BODIES, (orjson.dumps(rows).decode(),))
+        names = set().union(*(english.named(word.lower(), str(body)) for (body,) in bodies))
+        kept = [n for n in sorted(names) if not _addressed(db, n, _postings(db, tag, (n,), within))]
+        out[word] = tuple(dict.fromkeys((*forms[word], *kept)))
+    return out
 
 
 def _match(forms: tuple[str, ...]) -> str:
