@@ -73,6 +73,10 @@ def self_check(chat: Chat) -> None:
         text = message["content"]
         if not text.strip() or re.search(r"\{\w+\}", text) or re.search(r"(^|[.!?] )[a-z]", text):
             raise AnnotationError(f"message {i}: empty, unfilled or uncapitalised: {text!r}")
+        if re.search(r"\b(?:[Oo]ur|[Tt]he|[Mm]y|[Aa]n?) (?:a|an|the)\b", text):
+            raise AnnotationError(
+                f"message {i}: a detail filled in after its own article: {text!r}"
+            )
     if len(chat.firsts) != len(chat.dates) or chat.firsts != sorted(set(chat.firsts)):
         raise AnnotationError("session starts and dates do not pair up")
     for first, day in zip(chat.firsts, chat.dates, strict=True):

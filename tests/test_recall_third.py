@@ -102,3 +102,11 @@ def test_the_command_writes_a_file_the_evaluator_loads(tmp_path: Path) -> None:
     loaded = load(str(out))
     assert len(loaded) == 2 and all(c.questions for c in loaded)
     assert loaded[0].questions[0].text == json.loads(lines[0])["questions"][0]["text"]
+
+
+def test_the_check_rejects_a_detail_filled_in_after_its_own_article() -> None:
+    (chat,) = chats(1, seed=2)
+    broken = copy.deepcopy(chat)
+    broken.messages[7]["content"] += " Our a holiday food drive was yesterday."
+    with pytest.raises(AnnotationError, match="article"):
+        self_check(broken)
