@@ -7,7 +7,8 @@ sent them; then each question is asked at the end of the whole conversation,
 each on a copy of the store as the replay left it, so no question sees
 another. A question's evidence reached the model when the words its answer
 needs are in what was forwarded (the verbatim window or the recall block).
-Without FILE the development set (`bench.recall_set`) is used; FILE holds one
+Without FILE the development set (`bench.recall_set`) is used, and the two sets
+written apart from the recall rules are reported below it; FILE holds one
 conversation a line, as `Conversation.as_json` writes it.
 
 Reported per configuration: questions with their evidence forwarded, evidence
@@ -49,6 +50,7 @@ from proxy.tokens import offline_counter
 
 from .recall_other import chats
 from .recall_set import VARIANTS, Conversation, Question, dev_set
+from .recall_third import chats as third_chats
 
 MODEL = "recall-eval"
 SUMMARIZER = "context-proxy summarizer"
@@ -311,6 +313,16 @@ def other_set(count: int = 6, seed: int = 0) -> list[Conversation]:
     ]
 
 
+def third_set(count: int = 6, seed: int = 0) -> list[Conversation]:
+    """The third set, also written blind to the recall rules (`bench.recall_third`)."""
+    return [
+        Conversation(
+            c.messages, [Question(q.text, q.evidence, tuple(q.answer)) for q in c.questions]
+        )
+        for c in third_chats(count, seed)
+    ]
+
+
 def load(path: str) -> list[Conversation]:
     out: list[Conversation] = []
     with open(path, encoding="utf-8") as fh:
@@ -351,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         plain = evaluate(apart, "... plain BM25 top-5", recall=False, plain=True)
         print(plain.line())
         print(evaluate(apart, "... lexical recall, k=5").line())
+        third = third_set()
+        print(evaluate(third, "third set, blind: window", recall=False).line())
+        plain = evaluate(third, "... plain BM25 top-5", recall=False, plain=True)
+        print(plain.line())
+        print(evaluate(third, "... lexical recall, k=5").line())
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.
