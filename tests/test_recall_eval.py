@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.recall_eval import _reached, evaluate, load, other_set, third_set
-from bench.recall_set import FACTS, THEMES, VARIANTS, conversation, dev_set
+from bench.recall_eval import Score, _reached, evaluate, load, other_set, third_set
+from bench.recall_set import FACTS, THEMES, VARIANTS, Conversation, conversation, dev_set
 
 pytestmark = pytest.mark.integration
 
@@ -114,15 +114,19 @@ def test_chat_in_everyday_words_gets_few_blocks_and_keeps_the_prefix_cache() -> 
     assert recall.tokens_share <= window.tokens_share + 0.02, (window.line(), recall.line())
 
 
+def against_plain(conversations: list[Conversation], name: str) -> tuple[Score, Score, Score]:
+    """The window alone, the window with plain BM25's top 5, and lexical recall."""
+    window = evaluate(conversations, f"window only, {name}", recall=False)
+    plain = evaluate(conversations, f"plain BM25, {name}", recall=False, plain=True)
+    return window, plain, evaluate(conversations, f"lexical recall, {name}")
+
+
 def test_a_set_written_apart_from_the_rules_finds_more_than_plain_bm25() -> None:
     # `bench.recall_other` was written without reading the recall rules: friends whose
     # questions word a fact in their own words ("Which shade is the bedroom now?" for
     # "we painted the bedroom navy"), and whose chat asks each other things all along.
     # Seed 7: the rules were measured on seed 0's conversations.
-    conversations = other_set(3, seed=7)
-    window = evaluate(conversations, "window only, set written apart", recall=False)
-    plain = evaluate(conversations, "plain BM25, set written apart", recall=False, plain=True)
-    recall = evaluate(conversations, "lexical recall, set written apart")
+    window, plain, recall = against_plain(other_set(3, seed=7), "set written apart")
     lines = (window.line(), plain.line(), recall.line())
     assert recall.found_share >= plain.found_share + 0.15, lines
     # About what plain BM25 costs. Its questions all name whom they ask about, so
@@ -135,10 +139,7 @@ def test_a_third_set_written_blind_finds_more_than_plain_bm25_and_recalls_falsel
     # `bench.recall_third`, also written without reading the recall rules: dated sessions,
     # warm persona chat, photos described in text, temporal and inference questions.
     # Seed 3: figures were only read on seed 0.
-    conversations = third_set(3, seed=3)
-    window = evaluate(conversations, "window only, third set", recall=False)
-    plain = evaluate(conversations, "plain BM25, third set", recall=False, plain=True)
-    recall = evaluate(conversations, "lexical recall, third set")
+    window, plain, recall = against_plain(third_set(3, seed=3), "third set")
     lines = (window.line(), plain.line(), recall.line())
     assert recall.found_share >= plain.found_share + 0.15, lines
     assert recall.false_recalls <= plain.false_recalls - 3, lines
