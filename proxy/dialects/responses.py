@@ -118,6 +118,10 @@ class ResponsesItems:
             program = caller.get("caller_id")
         return (str(program),) if program else ()
 
+    def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
+        # Whether OpenAI needs a dropped search's tools still loaded is not documented.
+        return []
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
 
