@@ -19,7 +19,14 @@ from typing import Any
 
 import orjson
 
-from ..blocks import SERVER_USES, THINKING, is_server_result, references, unmarked_block
+from ..blocks import (
+    CALLS,
+    SERVER_USES,
+    THINKING,
+    is_server_result,
+    references,
+    unmarked_block,
+)
 from ..messages import text_of
 from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
@@ -38,8 +45,6 @@ def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-# A call of the app's tools, of a server tool, of an MCP server's.
-CALLS = frozenset({"tool_use", *SERVER_USES})
 # Blocks that go on with nothing begun before them (a `tool_use` without a `caller`).
 PLAIN = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
 
