@@ -186,6 +186,24 @@ def _words(value: Any) -> list[str]:
     return found
 
 
+def references(block: Any) -> list[str]:
+    """The deferred tools a block loads (Anthropic's tool search): the names its
+    `tool_reference`s give, in a `tool_search_tool_result` or in a `tool_result` (a search
+    the app runs itself). The API puts each tool's definition where its reference is."""
+    if type(block) is not dict:
+        return []
+    kind, inner = block.get("type"), block.get("content")
+    if kind == "tool_search_tool_result" and type(inner) is dict:
+        inner = inner.get("tool_references")
+    elif kind != "tool_result":
+        return []
+    return [
+        str(r.get("tool_name"))
+        for r in (inner if type(inner) is list else ())
+        if type(r) is dict and r.get("type") == "tool_reference"
+    ]
+
+
 def holds_results(content: Any) -> bool:
     """Whether a message's content holds Anthropic `tool_result` blocks (it answers calls)."""
     return type(content) is list and any(

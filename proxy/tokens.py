@@ -219,6 +219,10 @@ class TokenCounter:
                 total += len(value) // ENCRYPTED_CHARS_PER_TOKEN
             elif isinstance(value, str):
                 total += self.count_text(encoding, value)
+            elif isinstance(value, list | dict):
+                # Any other structure (the tools a Responses tool search loaded, its
+                # arguments, a computer call's action) reaches the model too: by its size.
+                total += _estimate(canonical({key: value}).decode())
         for call in tool_calls(message):
             fn = call.get("function")
             if isinstance(fn, dict):

@@ -55,6 +55,9 @@ class Items:
     def travels_with_next(self, item: Item) -> bool:
         return item.get("type") == "reasoning"
 
+    def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
+        return []
+
     def held_by(self, item: Item) -> tuple[str, ...]:
         return ()
 

@@ -699,3 +699,54 @@ def test_responses_a_program_holds_its_calls_and_outputs(client: TestClient) -> 
     for name, items in broken.items():
         refused = responses_call(client, items)
         assert refused.status_code == 400, name
+
+
+def tool_search(call_id: str | None, tools: list[str] | None = None) -> list[dict[str, Any]]:
+    """A tool search and its output (omitted when `tools` is None): executed by the client
+    when it has a `call_id`, by OpenAI (hosted, `call_id` null) when not."""
+    execution = "server" if call_id is None else "client"
+    found = [{"type": "tool_search_call", "id": f"ts_{call_id}", "call_id": call_id}]
+    found[0] |= {"execution": execution, "arguments": {"paths": ["crm"]}, "status": "completed"}
+    if tools is not None:
+        loaded = [{"type": "function", "name": n, "defer_loading": True} for n in tools]
+        output = {"type": "tool_search_output", "id": f"tso_{call_id}", "call_id": call_id}
+        found.append(output | {"execution": execution, "tools": loaded, "status": "completed"})
+    return found
+
+
+def test_responses_a_tool_search_is_answered_by_its_output(client: TestClient) -> None:
+    """Tool search: a client-executed search (`call_id`) is answered by the
+    `tool_search_output` naming it; a hosted one (no `call_id`) by the output after it.
+    An output without its search, or a search left unanswered, is refused."""
+    ask = {"role": "user", "content": "find the crm tools"}
+    for call_id in ("tsc_1", None):
+        assert responses_call(client, [ask, *tool_search(call_id, ["get_customer"])]).is_success
+    search, output = tool_search("tsc_1", ["get_customer"])
+    hosted, loaded = tool_search(None, ["get_customer"])
+    broken = {
+        "an output without its search": [ask, output],
+        "a hosted output without its search": [ask, loaded],
+        "an output for another search": [ask, search, {**output, "call_id": "tsc_2"}],
+        "a search never answered": [ask, search],
+        "a hosted search without its output": [ask, hosted],
+        "an output before its search": [ask, output, search],
+        "a search without arguments": [ask, {k: v for k, v in search.items() if k != "arguments"}],
+        "an output without tools": [ask, search, {**output, "tools": None}],
+    }
+    for name, items in broken.items():
+        refused = responses_call(client, items)
+        assert refused.status_code == 400, name
+
+
+def test_responses_a_search_asked_for_is_a_client_search_answered_next_request(
+    client: TestClient,
+) -> None:
+    """ "search tools for X" gets a client-executed tool search, whose output a request
+    continuing that response may send alone."""
+    first = responses_call(client, "search tools for crm").json()
+    search = first["output"][-1]
+    assert search["type"] == "tool_search_call" and search["execution"] == "client"
+    output = tool_search(search["call_id"], ["get_customer"])[1]
+    answer = responses_call(client, [output], previous_response_id=first["id"])
+    assert answer.status_code == 200
+    assert responses_call(client, "and?", previous_response_id=first["id"]).status_code == 400

@@ -280,6 +280,15 @@ def reduced(items: list[Message], strategy: str, window: int) -> Reduction | Non
     return red
 
 
+def accepted(items: list[Message], strategy: str, window: int) -> Reduction | None:
+    """`reduced`, checking that OpenAI (the mock) accepts the history and what goes upstream."""
+    mock_responses.validate({"model": "m", "input": items}, {}, {})
+    red = reduced(items, strategy, window)
+    if red is not None:
+        mock_responses.validate({"model": "m", "input": list(red.messages)}, {}, {})
+    return red
+
+
 def play(store: Any, *, fast_path: bool) -> tuple[list[bytes], list[str], list[Any]]:
     """An app resending its Responses input for 16 turns, with tool rounds, a regeneration
     and an edit, against a respx upstream; what was forwarded, reported and stored."""
@@ -492,11 +501,9 @@ def test_no_strategy_separates_a_program_from_what_it_holds(
 ) -> None:
     """A program, the calls it makes, their outputs and its output are kept or dropped
     together, and what goes upstream is an input OpenAI (the mock) accepts."""
-    mock_responses.validate({"model": "m", "input": items}, {}, {})  # the history is valid
-    red = reduced(items, strategy, window)
+    red = accepted(items, strategy, window)
     if red is None:
         return
-    mock_responses.validate({"model": "m", "input": list(red.messages)}, {}, {})
     for name in {program_of(i) for i in items} - {""}:
         held = [i.get("id") or i["call_id"] for i in items if program_of(i) == name]
         kept = [i.get("id") or i["call_id"] for i in red.messages if program_of(i) == name]
@@ -518,3 +525,80 @@ def test_a_program_grouped_turn_by_turn_is_the_program_grouped_at_once(
     at_once = grouped_tail(items, count, True, None, RESPONSES)
     assert extended is not None and extended.units == at_once.units
     assert extended.forward == at_once.forward and extended.sizes == at_once.sizes
+
+
+@st.composite
+def with_tool_searches(draw: st.DrawFn) -> list[Message]:
+    """Turns of a user message, tool searches (run by the client, answered by `call_id`, or
+    hosted by OpenAI, the output right after its search, a reasoning item maybe before), calls
+    of the tools they loaded, and an answer."""
+    items: list[Message] = []
+    for n in range(draw(st.integers(1, 8))):
+        items.append({"role": "user", "content": f"q{n} " + "x" * draw(st.integers(0, 200))})
+        for r in range(draw(st.integers(0, 2))):
+            name, hosted = f"s{n}_{r}", draw(st.booleans())
+            if draw(st.booleans()):
+                items.append({"type": "reasoning", "id": f"rs{name}", "summary": []})
+            call_id = None if hosted else name
+            execution = "server" if hosted else "client"
+            search = {"type": "tool_search_call", "id": f"ts{name}", "call_id": call_id}
+            items.append(search | {"execution": execution, "arguments": {"paths": [name]}})
+            tools = [{"type": "function", "name": f"t{name}", "defer_loading": True}]
+            output = {"type": "tool_search_output", "id": f"tso{name}", "call_id": call_id}
+            items.append(
+                output | {"execution": execution, "tools": tools * draw(st.integers(1, 9))}
+            )
+            if draw(st.booleans()):
+                use = {"type": "function_call", "call_id": f"c{name}", "name": f"t{name}"}
+                items.append(use | {"arguments": "{}"})
+                out = "y" * draw(st.integers(0, 300))
+                items.append({"type": "function_call_output", "call_id": f"c{name}", "output": out})
+        items.append({"role": "assistant", "content": f"a{n} " + "z" * 100})
+    return items
+
+
+def search_of(item: Message) -> str:
+    if item.get("type") in ("tool_search_call", "tool_search_output"):
+        return str(item["id"]).removeprefix("tso").removeprefix("ts")
+    return ""
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(with_tool_searches(), st.sampled_from(STRATEGIES), st.integers(100, 3000))
+def test_no_strategy_separates_a_tool_search_from_its_output(
+    items: list[Message], strategy: str, window: int
+) -> None:
+    """A tool search and its output are kept or dropped together, whoever ran it, and what
+    goes upstream is an input OpenAI (the mock) accepts."""
+    red = accepted(items, strategy, window)
+    if red is None:
+        return
+    for name in {search_of(i) for i in items} - {""}:
+        kept = [i["type"] for i in red.messages if search_of(i) == name]
+        assert kept in ([], ["tool_search_call", "tool_search_output"]), name
+
+
+def test_tool_search_items_are_classified() -> None:
+    """A client-executed search is a call its output answers by `call_id`; a hosted one (no
+    `call_id`) travels with the output OpenAI put right after it. Both are one unit."""
+    ask = {"role": "user", "content": "find the crm tools"}
+    client = {"type": "tool_search_call", "call_id": "tsc_1", "execution": "client"}
+    client_output = {"type": "tool_search_output", "call_id": "tsc_1", "tools": []}
+    hosted = {"type": "tool_search_call", "call_id": None, "execution": "server"}
+    hosted_output = {"type": "tool_search_output", "call_id": None, "tools": []}
+    assert RESPONSES.call_ids(client) == ["tsc_1"] and RESPONSES.answers(client_output) == (
+        "tsc_1",
+    )
+    assert RESPONSES.call_ids(hosted) == [] and RESPONSES.answers(hosted_output) == ()
+    assert RESPONSES.travels_with_next(hosted) and not RESPONSES.travels_with_next(client)
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    items = [ask, reasoning, hosted, hosted_output, client, client_output]
+    assert [u.size for u in group(items, dialect=RESPONSES)] == [1, 3, 2]
+    loaded = {**client_output, "tools": [{"type": "function", "name": "get_customer"}]}
+    assert RESPONSES.text(loaded) == "tool search loaded: get_customer"
+    assert RESPONSES.placeholder(client, "tsc_1", "none") == {
+        "type": "tool_search_output",
+        "call_id": "tsc_1",
+        "execution": "client",
+        "tools": [],
+    }

@@ -613,3 +613,66 @@ def test_a_chain_the_store_cannot_keep_goes_to_openai_as_sent(
     assert raw.status_code == 200
     assert raw.headers["x-context-reduction"] == "passthrough"
     assert upstream.responses_requests()[-1]["previous_response_id"] == first.id
+
+
+def loaded(call_id: str | None, i: int) -> dict[str, Any]:
+    """The output of a tool search (`call_id` None: hosted) that loaded a namespace of tools."""
+    about = f"Customer records of region {i}: names, orders, invoices and open tickets. " * 3
+    tool = {"type": "function", "name": f"get_customer_{i}", "description": about}
+    crm = {"type": "namespace", "name": "crm", "description": "CRM", "tools": [tool]}
+    execution = "server" if call_id is None else "client"
+    output = {"type": "tool_search_output", "call_id": call_id, "execution": execution}
+    return output | {"status": "completed", "tools": [crm]}
+
+
+@pytest.mark.parametrize("strategy", ["summarize", "mask", "tokens"])
+def test_tool_searches_are_reduced_with_their_outputs(
+    fake: tuple[MockUpstream, str], tmp_path: Path, strategy: str
+) -> None:
+    """Each turn the model searches the app's deferred tools (the app runs the search and
+    answers it), and every other turn the input also holds a search OpenAI ran (hosted, its
+    output right after it); reduced, a search goes with its output or not at all."""
+    upstream, upstream_url = fake
+    with start_proxy(upstream_url, tmp_path / "p.db", reduction_strategy=strategy) as url:
+        agent = Agent(url + "/v1")
+        with agent.api:
+            for i in range(30):
+                ask: list[Any] = [{"role": "user", "content": f"Turn {i}: search tools for crm."}]
+                if i % 2:
+                    hosted = {"type": "tool_search_call", "call_id": None, "execution": "server"}
+                    query = {"paths": ["crm"], "query": f"customers of region {i} " * 20}
+                    ask = [hosted | {"arguments": query}, loaded(None, i), *ask]
+                response = agent.send(*ask, stream=i % 3 == 0)
+                search = response.output[-1]
+                assert search.type == "tool_search_call" and search.execution == "client"
+                agent.send(loaded(search.call_id, i))
+    kinds = [h["x-context-reduction"] for h in agent.headers]
+    assert sum(k not in ("none", "reused") for k in kinds) >= 2, kinds
+    assert not [c.error for c in upstream.calls if c.error]
+    last = upstream.responses_requests()[-1]["input"]
+    assert len(last) < len(agent.input), "the last request went reduced"
+    assert last[-1] == loaded(search.call_id, 29)
+
+
+def test_a_chained_tool_search_is_answered_from_the_store(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """With manage_server_state the app answers a client-executed search by its output
+    alone, chained by id; the proxy supplies the search from its store, reduced or not."""
+    upstream, upstream_url = fake
+    with managed(upstream_url, tmp_path / "p.db", "sk-search") as api:
+        previous, kinds = None, []
+        for i in range(20):
+            ask = [{"role": "user", "content": f"Turn {i}: search tools for crm. " * 4}]
+            extra: Any = {"previous_response_id": previous} if previous else {}
+            answer = api.responses.create(model=MODEL, input=ask, **extra)
+            search = answer.output[-1]
+            assert search.type == "tool_search_call"
+            raw = api.responses.with_raw_response.create(
+                model=MODEL, input=[loaded(search.call_id, i)], previous_response_id=answer.id
+            )
+            kinds.append(raw.headers["x-context-reduction"])
+            previous = raw.parse().id
+    assert "passthrough" not in kinds and any("summarized" in k for k in kinds), kinds
+    assert not [c.error for c in upstream.calls if c.error]
+    assert all("previous_response_id" not in r for r in upstream.responses_requests())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import logging
 import tomllib
 import typing
@@ -90,6 +91,18 @@ def test_encrypted_reasoning_counts_as_the_text_it_holds() -> None:
     counted = counter.count_message("gpt-4o", reasoning)
     assert 1020 <= counted <= 1060, counted
     assert counter.count_text("o200k_base", blob) > 2 * counted, "tokenised, it counts more"
+
+
+def test_the_tools_a_responses_tool_search_loaded_count() -> None:
+    """A tool search's output holds the loaded tools' definitions, which the model reads:
+    they count (by their size), as do the search's arguments."""
+    counter = TokenCounter()
+    about = "Customer records: names, orders, invoices and open tickets. " * 10
+    tools = [{"type": "function", "name": f"get_{i}", "description": about} for i in range(4)]
+    output = {"type": "tool_search_output", "call_id": "tsc_1", "tools": tools}
+    assert counter.count_message("gpt-4o", output) >= len(json.dumps(tools)) // 4
+    search = {"type": "tool_search_call", "call_id": "tsc_1", "arguments": {"query": about}}
+    assert counter.count_message("gpt-4o", search) >= len(about) // 4
 
 
 def test_anthropic_thinking_counts_its_text_and_not_its_signature() -> None:

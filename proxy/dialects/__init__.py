@@ -76,6 +76,12 @@ class Dialect(Protocol):
         """
         ...
 
+    def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
+        """What of `items`, a span a reduction drops, loads deferred tools the `carried` items
+        do not (a tool search and the references it returned), as items that stand on their
+        own; none for most spans. The reduction forwards them in the span's place."""
+        ...
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         """Whether any item makes a call or is a result (a quick check, before grouping)."""
         ...

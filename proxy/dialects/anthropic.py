@@ -19,7 +19,14 @@ from typing import Any
 
 import orjson
 
-from ..blocks import SERVER_USES, THINKING, is_server_result
+from ..blocks import (
+    CALLS,
+    SERVER_USES,
+    THINKING,
+    is_server_result,
+    references,
+    unmarked_block,
+)
 from ..messages import text_of
 from . import Answer, Item, anthropic_cache, anthropic_request, cut_blocks
 from . import body as body_checks
@@ -54,6 +61,9 @@ def called_from(block: dict[str, Any]) -> Any:
 # lacks: dropped, it would leave two assistant messages side by side, a history
 # ending on the assistant's message (which Anthropic reads as a prefill), or none.
 TEXT_BLOCKS = frozenset({"text"})
+# After the tool searches a reduction carries past what it dropped: they end on a user
+# message, so the history goes on whichever role the kept part starts with.
+LOADED = "[Tools loaded earlier in this conversation.]"
 STRAY_RESULTS = "[Tool results omitted: the calls they answer are not in this conversation.]"
 
 
@@ -117,6 +127,36 @@ class AnthropicItems:
                 results.add(b.get("tool_use_id"))
         return tuple(sorted(str(r) for r in (uses ^ results) | callers - {None}))
 
+    def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
+        # A search that loads a tool the carried ones do not, with the use it answers:
+        # Anthropic's (`server_tool_use`, its `tool_search_tool_result`) in an assistant
+        # message, the app's (`tool_use`, its `tool_result`) answered in a user message.
+        have = {name for m in carried for b in blocks(m) for name in references(b)}
+        uses = {b.get("id"): b for m in items for b in blocks(m) if b.get("type") in CALLS}
+        searches: list[dict[str, Any]] = []
+        calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for b in (b for m in items for b in blocks(m)):
+            names = references(b)
+            use = uses.get(b.get("tool_use_id"))
+            if use is None or set(names) <= have:
+                continue
+            have.update(names)
+            # Breakpoints stay on the client's own blocks, never on these copies.
+            pair = [unmarked_block(use), unmarked_block(b)]
+            if b.get("type") == "tool_result":
+                calls.append(pair[0])
+                results.append(pair[1])
+            else:
+                searches += pair
+        if not (searches or calls):
+            return []
+        closing = results or [_text_block(LOADED)]
+        return [
+            {"role": "assistant", "content": [*searches, *calls]},
+            {"role": "user", "content": closing},
+        ]
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(
             b.get("type") in ("tool_use", "tool_result") for item in items for b in blocks(item)
@@ -141,11 +181,13 @@ class AnthropicItems:
         content = item.get("content")
         if not isinstance(content, list):
             return item
+        # A result holding tool references is what loads those tools: it stays.
         out = [
             {**b, "content": text}
             if isinstance(b, dict)
             and b.get("type") == "tool_result"
             and b.get("tool_use_id") == call_id
+            and not references(b)
             else b
             for b in content
         ]

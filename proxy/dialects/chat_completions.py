@@ -54,6 +54,9 @@ class ChatCompletions:
     def travels_with_next(self, item: Item) -> bool:
         return False
 
+    def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
+        return []
+
     def held_by(self, item: Item) -> tuple[str, ...]:
         return ()
 

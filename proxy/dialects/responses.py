@@ -4,6 +4,9 @@ An input item is a message (`type` "message", or a bare `role`/`content`
 pair), a call (`function_call`, `custom_tool_call`, `computer_call`, ...)
 or the output answering one (matched by `call_id`), a reasoning item, or
 an item the model produced and consumes whole (a web search, an MCP call).
+A tool search (`tool_search_call`, loading deferred tools) is a call its
+`tool_search_output` answers by `call_id` when the client ran it; run by
+OpenAI (hosted, no `call_id`), its output comes right after it.
 Calls made together arrive as separate items and their outputs follow
 them all; a reasoning item must reach the upstream together with the item
 after it. Requests are read and written in `responses_request.py`,
@@ -35,6 +38,8 @@ CALLS = {
     # Programmatic tool calling: a program's output names it; the calls it makes name
     # it as their `caller` (all are the program's run: `held_by`).
     "program": ("program_output", "call_id"),
+    # A hosted search has no `call_id` (`_anonymous`): its output follows it, as reasoning's item.
+    "tool_search_call": ("tool_search_output", "call_id"),
 }
 ANSWERS = {answer: key for answer, key in CALLS.values()}
 # Outputs that may be a plain string, so a placeholder (or a cleared text) can stand in.
@@ -43,6 +48,7 @@ PLACEHOLDERS = {
     "custom_tool_call": "custom_tool_call_output",
 }
 TEXT_OUTPUTS = frozenset(PLACEHOLDERS.values())
+SEARCH, SEARCHED = "tool_search_call", "tool_search_output"
 TOOL_TYPES = frozenset(CALLS) | frozenset(ANSWERS)
 TEXT_PARTS = frozenset({"input_text", "output_text"})
 
@@ -56,6 +62,11 @@ def kind(item: Item) -> str:
 def _call_id(item: Item) -> str:
     key = "id" if kind(item) == "mcp_approval_request" else "call_id"
     return str(item.get(key, ""))
+
+
+def _anonymous(item: Item) -> bool:
+    """A tool search OpenAI ran itself, or its output: neither names the other."""
+    return kind(item) in (SEARCH, SEARCHED) and not isinstance(item.get("call_id"), str)
 
 
 def _texts(value: Any) -> list[str]:
@@ -78,12 +89,12 @@ class ResponsesItems:
         return kind(item) == "message" and item.get("role") == "user"
 
     def call_ids(self, item: Item) -> list[str]:
-        return [_call_id(item)] if kind(item) in CALLS else []
+        return [_call_id(item)] if kind(item) in CALLS and not _anonymous(item) else []
 
     def answers(self, item: Item) -> tuple[str, ...]:
         found = kind(item)
         key = ANSWERS.get(found)
-        if key is None:
+        if key is None or _anonymous(item):
             return ()
         if key not in item and found == "local_shell_call_output":
             key = "id"
@@ -97,7 +108,7 @@ class ResponsesItems:
         return {_call_id(item): name if isinstance(name, str) else found.removesuffix("_call")}
 
     def travels_with_next(self, item: Item) -> bool:
-        return kind(item) == "reasoning"
+        return kind(item) == "reasoning" or (kind(item) == SEARCH and _anonymous(item))
 
     def held_by(self, item: Item) -> tuple[str, ...]:
         # A program's run: the program, its output, and the calls naming it as `caller`.
@@ -106,6 +117,10 @@ class ResponsesItems:
         if isinstance(caller, dict) and caller.get("type") == "program":
             program = caller.get("caller_id")
         return (str(program),) if program else ()
+
+    def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
+        # Whether OpenAI needs a dropped search's tools still loaded is not documented.
+        return []
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
@@ -116,10 +131,14 @@ class ResponsesItems:
             return "\n".join(_texts(item.get("content")))
         if found == "reasoning":
             return "\n".join(_texts(item.get("summary")))
+        if found == SEARCHED:
+            return "tool search loaded: " + ", ".join(_tool_names(item.get("tools")))
         if found in ANSWERS:
             return "\n".join(_texts(item.get("output", item.get("result"))))
         if found in CALLS:
             said = item.get("arguments", item.get("input", item.get("code", "")))
+            if not isinstance(said, str):
+                said = orjson.dumps(said).decode()
             return f"{item.get('name', found)}({said})"
         return ""
 
@@ -132,6 +151,9 @@ class ResponsesItems:
     def placeholder(self, call: Item, call_id: str, text: str) -> Item | None:
         # Other calls' outputs are structures (a screenshot, a patch's status, an
         # approval) that cannot be made up: such a call goes as the client sent it.
+        # A search the client ran and never answered loaded nothing.
+        if kind(call) == SEARCH:
+            return {"type": SEARCHED, "call_id": call_id, "execution": "client", "tools": []}
         answer = PLACEHOLDERS.get(kind(call))
         return None if answer is None else {"type": answer, "call_id": call_id, "output": text}
 
@@ -151,6 +173,17 @@ class ResponsesItems:
         if found in TEXT_OUTPUTS and item.get("output") is not None:
             return {**item, "output": cut_blocks(item["output"], TEXT_PARTS, cut)}
         return item  # calls, reasoning, structured outputs
+
+
+def _tool_names(tools: Any) -> list[str]:
+    """The names of the tools a search loaded: functions, and namespaces with theirs."""
+    names: list[str] = []
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict):
+            inner = _tool_names(tool.get("tools"))
+            name = str(tool.get("name") or tool.get("server_label") or tool.get("type"))
+            names.append(f"{name} ({', '.join(inner)})" if inner else name)
+    return names
 
 
 RESPONSES = ResponsesItems()

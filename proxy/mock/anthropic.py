@@ -9,11 +9,18 @@ message, with the signature this mock gave them (a signature
 it never issues, from a recorded transcript, passes unchecked); at most four
 `cache_control` breakpoints; server tool results (web search, code execution,
 MCP) after their use, tools called from code naming that code, and their
-results alone in their message; the prompt and `max_tokens` within the model's
-window (`context_limits`, four characters a token). A last user message
+results alone in their message; tool search: a `tool_reference` (in a
+`tool_search_tool_result` or a `tool_result`) names a tool of `tools` with
+`defer_loading: true`, as Anthropic documents, and a `tool_use` of such a tool
+comes after a reference that loaded it (the definition enters the context at
+the reference; that a call without one is refused is this mock's reading,
+stricter than what Anthropic documents); the prompt and `max_tokens` within
+the model's window (`context_limits`, four characters a token). A last user message
 containing "call tool NAME" gets a thinking block and a call to NAME, one
 containing "run code calling NAME" code that calls NAME (programmatic tool
-calling), whose result follows the call's; a last tool result or user
+calling), whose result follows the call's, one containing "search tools
+WORD" a regex tool search loading the deferred tools whose name holds WORD;
+a last tool result or user
 message gets the voice's answer to it. Streams
 carry Anthropic's event sequence.
 """
@@ -119,8 +126,10 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     calls: list[str] = []
     served: set[str] = set()  # server and MCP tool uses so far (their results follow them)
     programmatic: set[str] = set()  # calls made from code execution
+    loading = Loading(deferred(body.get("tools")))
     for i, message in enumerate(messages):
         server_tools(i, message, served, programmatic)
+        loading.read(i, message)
         role = message.get("role")
         if i and role == messages[i - 1].get("role"):
             raise Invalid(f'messages.{i}: roles must alternate between "user" and "assistant"')
@@ -163,6 +172,53 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     if limit is not None and tokens + max_tokens > limit:
         raise Invalid(f"prompt is too long: {tokens} tokens > {limit - max_tokens} maximum")
     return messages
+
+
+def deferred(tools: Any) -> set[str]:
+    """The names of the tools a request defers (`defer_loading: true`): tool search loads them."""
+    listed = tools if isinstance(tools, list) else []
+    return {
+        str(t.get("name")) for t in listed if isinstance(t, dict) and t.get("defer_loading") is True
+    }
+
+
+def references(block: Json) -> list[str]:
+    """The tools a block loads: the `tool_reference`s of a tool search's result, or of a
+    `tool_result` (a search the app runs itself)."""
+    content = block.get("content")
+    if block.get("type") == "tool_search_tool_result" and isinstance(content, dict):
+        content = content.get("tool_references")
+    if block.get("type") not in ("tool_search_tool_result", "tool_result"):
+        return []
+    inner = content if isinstance(content, list) else []
+    return [
+        str(r.get("tool_name"))
+        for r in inner
+        if isinstance(r, dict) and r.get("type") == "tool_reference"
+    ]
+
+
+class Loading:
+    """Tool search over a history: which deferred tools references loaded so far."""
+
+    def __init__(self, deferred: set[str]) -> None:
+        self.deferred, self.loaded = deferred, set[str]()
+
+    def read(self, i: int, message: Json) -> None:
+        for b in blocks(message):
+            for name in references(b):
+                if name not in self.deferred:
+                    raise Invalid(
+                        f"messages.{i}: tool_reference {name!r} names no tool of `tools` with "
+                        "defer_loading: true"
+                    )
+                self.loaded.add(name)
+            name = str(b.get("name"))
+            if b.get("type") == "tool_use" and name in self.deferred - self.loaded:
+                raise Invalid(
+                    f"messages.{i}: tool_use of deferred tool {name!r}, which no tool_reference "
+                    "before it loaded"
+                )
 
 
 # Blocks the model writes about a tool Anthropic runs: the use, then its result
@@ -213,7 +269,13 @@ def server_tools(i: int, message: Json, served: set[str], programmatic: set[str]
 CODE = re.compile(r"run code calling\s*(\w*)", re.IGNORECASE)
 
 
-def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[Json], str]:
+# "search tools WORD" asks for a tool search loading the deferred tools named with WORD.
+SEARCH = re.compile(r"search tools\s*(\w*)", re.IGNORECASE)
+
+
+def content_for(
+    messages: list[Json], digest: str, voice: Voice, tools: Any = ()
+) -> tuple[list[Json], str]:
     """The content blocks answering the last message, and the stop reason."""
     last = messages[-1]
     results = [b for b in blocks(last) if b.get("type") == "tool_result"]
@@ -232,6 +294,22 @@ def content_for(messages: list[Json], digest: str, voice: Voice) -> tuple[list[J
         done = {"type": "code_execution_tool_result", "tool_use_id": code, "content": output}
         return [done, {"type": "text", "text": "The code finished."}], "end_turn"
     text = text_of(last)
+    search = SEARCH.search(text)
+    if search:
+        use = f"srvtoolu_{digest}"
+        found = sorted(n for n in deferred(tools) if search.group(1).lower() in n.lower())
+        refs = [{"type": "tool_reference", "tool_name": n} for n in found]
+        result = {"type": "tool_search_tool_search_result", "tool_references": refs}
+        return [
+            {
+                "type": "server_tool_use",
+                "id": use,
+                "name": "tool_search_tool_regex",
+                "input": {"query": search.group(1)},
+            },
+            {"type": "tool_search_tool_result", "tool_use_id": use, "content": result},
+            {"type": "text", "text": f"Found {len(found)} tools."},
+        ], "end_turn"
     coded = CODE.search(text)
     if coded:
         code, name = f"srvtoolu_{digest}", coded.group(1) or "lookup"

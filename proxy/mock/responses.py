@@ -11,7 +11,8 @@ belongs to; instructions, input and tools fit the model's window
 (`context_limits`, estimated at four characters a token);
 `previous_response_id` names a response this mock gave; a stored `prompt`
 or the previous response may stand for the input. A last user message
-containing "call tool NAME" gets a reasoning item and a call to NAME; a last
+containing "call tool NAME" gets a reasoning item and a call to NAME, one
+containing "search tools" a client-executed tool search; a last
 function output or user message gets the voice's answer to it. Streams carry
 OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
 """
@@ -54,6 +55,9 @@ REQUIRED = {
     "program": ("call_id", "code", "fingerprint"),
     "program_output": ("call_id", "result"),
 }
+# Tool search: what each item must carry, and how an error names the search.
+SEARCH, SEARCHED = "tool_search_call", "tool_search_output"
+SEARCH_FIELDS = {SEARCH: ("arguments", dict), SEARCHED: ("tools", list)}
 
 
 @dataclass
@@ -65,6 +69,8 @@ class Chain:
     answered: set[str] = field(default_factory=set)
     programs: set[str] = field(default_factory=set)
     completed: set[str] = field(default_factory=set)
+    # Hosted tool searches (no `call_id`) whose output has not come yet.
+    hosted: int = 0
 
     def read(self, item: Json, where: str) -> None:
         """Take in one item, or Invalid where OpenAI refuses it."""
@@ -75,7 +81,9 @@ class Chain:
         caller = item.get("caller")
         if isinstance(caller, dict) and caller.get("type") == "program":
             self._owned(str(caller.get("caller_id")))
-        if kind in CALLS:
+        if kind in SEARCH_FIELDS:
+            self._search(item, kind, where)
+        elif kind in CALLS:
             self.calls[item["call_id"]] = kind
         elif kind in OUTPUTS:
             call_id = item.get("call_id")
@@ -95,6 +103,24 @@ class Chain:
             if item["status"] == "completed":
                 self.completed.add(item["call_id"])
 
+    def _search(self, item: Json, kind: str, where: str) -> None:
+        key, wanted = SEARCH_FIELDS[kind]
+        if not isinstance(item.get(key), wanted):
+            raise Invalid(f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}")
+        call_id = item.get("call_id")
+        if kind == SEARCH:
+            if call_id is None:
+                self.hosted += 1
+            else:
+                self.calls[str(call_id)] = kind
+            return
+        if call_id is None and self.hosted:
+            self.hosted -= 1
+        elif call_id is None or self.calls.get(str(call_id)) != SEARCH:
+            raise Invalid(f"No tool search call found for tool search output {call_id}.", "input")
+        else:
+            self.answered.add(str(call_id))
+
     def _owned(self, program: str) -> None:
         if program not in self.programs:
             raise Invalid(f"No program found with call_id {program}.", "input")
@@ -102,12 +128,21 @@ class Chain:
             raise Invalid(f"Program {program} has already completed.", "input")
 
     def copy(self) -> Chain:
-        return Chain(dict(self.calls), set(self.answered), set(self.programs), set(self.completed))
+        return Chain(
+            dict(self.calls),
+            set(self.answered),
+            set(self.programs),
+            set(self.completed),
+            self.hosted,
+        )
 
     def unanswered(self) -> None:
         for call_id in sorted(set(self.calls) - self.answered):
-            name = CALLS[self.calls[call_id]][1]
+            kind = self.calls[call_id]
+            name = CALLS[kind][1] if kind in CALLS else "tool search call"
             raise Invalid(f"No tool output found for {name} {call_id}.", "input")
+        if self.hosted:
+            raise Invalid("No tool search output found for a hosted tool search call.", "input")
 
 
 def validate(
@@ -168,12 +203,27 @@ def validate(
     return items, chain
 
 
+# "search tools ..." asks for a tool search the client runs (`execution: client`).
+SEARCHING = re.compile(r"search tools", re.IGNORECASE)
+
+
 def output_for(items: list[Json], digest: str, voice: Voice) -> list[Json]:
     """The output items answering the input's last item."""
     last = items[-1] if items else {"type": "none"}
     kind = last.get("type", "message")
     if kind == "message" and last.get("role") == "user":
         text = text_of(last.get("content"))
+        if SEARCHING.search(text):
+            return [
+                {
+                    "id": f"ts_{digest}",
+                    "type": SEARCH,
+                    "call_id": f"tsc_{digest}",
+                    "execution": "client",
+                    "status": "completed",
+                    "arguments": {"query": text},
+                }
+            ]
         name = tool_name(text)
         if name:
             return [

@@ -301,7 +301,9 @@ class MockUpstream:
             text = self.voice.summary([anthropic.text_of(m) for m in messages])
             content, stop = [{"type": "text", "text": text}], "end_turn"
         else:
-            content, stop = anthropic.content_for(messages, digest, self.voice)
+            content, stop = anthropic.content_for(
+                messages, digest, self.voice, body.get("tools") or []
+            )
         model = str(body["model"])
         prompt = self._tokens(model, messages)
         completion = max(1, math.ceil(len(json.dumps(content)) / 4))

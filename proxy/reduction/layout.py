@@ -3,7 +3,10 @@
 Strategies only decide *which* units to keep and which summaries to use;
 `finish` turns that decision into the forwarded request the same way for all
 of them, so the invariants (layout, fit, truncation, state arithmetic) live
-in one place.
+in one place. That includes the tools a dropped span loaded (a tool search's
+references, `Dialect.loaders`): they go on after the summary, kept in the
+state (`LOADED`), so the kept turns' calls of them stay valid and the model
+keeps their definitions.
 """
 
 from __future__ import annotations
@@ -33,6 +36,22 @@ from .types import (
 )
 
 SUMMARY_HEADER = "Summary of the earlier conversation:"
+# The state's key for what carries the tools dropped spans loaded, forwarded after the summary.
+LOADED = "loaded"
+
+
+def loaded(state: ReductionState) -> tuple[Message, ...]:
+    """The items carrying the tools that spans reductions dropped had loaded."""
+    found = state.extra.get(LOADED)
+    return tuple(m for m in found if isinstance(m, dict)) if isinstance(found, list) else ()
+
+
+def head_of(
+    leading: Sequence[Message], state: ReductionState, dialect: Dialect = CHAT
+) -> list[Message]:
+    """What goes before the kept tail: the instructions, the summary, the loaded tools."""
+    summary = summary_message(state.summaries, dialect)
+    return [*leading, *([summary] if summary else []), *loaded(state)]
 
 
 def summary_message(blocks: Sequence[SummaryBlock], dialect: Dialect = CHAT) -> Message | None:
@@ -94,9 +113,12 @@ class Context:
     def tokens(self, messages: Iterable[Message]) -> int:
         return sum(self.count(m) for m in messages)
 
-    def head(self, blocks: Sequence[SummaryBlock]) -> list[Message]:
+    def head(
+        self, blocks: Sequence[SummaryBlock], carried: Sequence[Message] | None = None
+    ) -> list[Message]:
         summary = summary_message(blocks, self.policy.dialect)
-        return [*self.working.leading, *([summary] if summary else [])]
+        tools = loaded(self.state) if carried is None else carried
+        return [*self.working.leading, *([summary] if summary else []), *tools]
 
     def messages_in(self, units: Iterable[Unit]) -> int:
         return sum(u.size for u in units)
@@ -116,6 +138,7 @@ def finish(
     cut_kind: str = "windowed",
     fit: bool = True,
     cut_to: int | None = None,
+    carried: Sequence[Message] | None = None,
 ) -> Reduction:
     """Assemble the forwarded request, enforce the fit, and compute the next state.
 
@@ -127,9 +150,17 @@ def finish(
     prefix again). Only when the mandatory part alone is too big are
     messages truncated, first the older ones of the active turn, then, down
     to `hard_limit`, any mandatory message but the leading instructions.
+
+    `carried`: what carries the tools dropped spans loaded (default: the state's). When
+    the units this cut drops loaded tools besides, the request is finished again with
+    them carried after the summary, and so cut to fit with them: the head only grows,
+    so the cut only deepens and no carried search is also forwarded where it was.
     """
     found = set(kinds)
-    head = ctx.head(blocks)
+    if selected is not None and not isinstance(selected, range):
+        selected = list(selected)  # read again when the request is finished again
+    carried = loaded(ctx.state) if carried is None else carried
+    head = ctx.head(blocks, carried)
     cut = _Cut(ctx, head, ctx.tokens(head), found, fit, cut_kind, cut_to)
     suffix = _suffix(ctx, pieces, selected, mandatory)
     if suffix is not None:
@@ -137,14 +168,38 @@ def finish(
     else:
         out, total, evicted = _finish_general(cut, pieces, selected, mandatory)
     dropped = skipped + evicted
+    more: list[Message] = []
+    if dropped:  # a cut (between cuts, what is carried stands, as the summary does)
+        sent = set(map(id, out))
+        gone = [m for m in ctx.working.tail[:dropped] if id(m) not in sent]
+        more = ctx.policy.dialect.loaders(gone, carried)
+    if more:
+        return finish(
+            ctx,
+            blocks=blocks,
+            kinds=kinds,
+            pieces=pieces,
+            selected=selected,
+            mandatory=mandatory,
+            skipped=skipped,
+            extra=extra,
+            requests=requests,
+            cut_kind=cut_kind,
+            fit=fit,
+            cut_to=cut_to,
+            carried=[*carried, *more],
+        )
     if not found - {"repaired"}:
         # Nothing new was cut; what an earlier turn cut or summarised still is.
         standing = blocks or ctx.state.tail_start + dropped > 0
         found.add("reused" if standing else "none")
+    extra = ctx.state.extra if extra is None else extra
+    if carried:
+        extra = {**extra, LOADED: list(carried)}
     state = ReductionState(
         tail_start=ctx.state.tail_start + dropped,
         summaries=tuple(blocks),
-        extra=ctx.state.extra if extra is None else extra,
+        extra=extra,
     )
     return Reduction(
         messages=tuple(out),

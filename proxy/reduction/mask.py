@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..messages import Message
-from .layout import summary_message
+from .layout import head_of
 from .types import Budget, Counter, Policy, ReductionState, Working, tokens_of
 
 MASK_KEY = "mask"
@@ -85,8 +85,7 @@ def mask_working(working: Working, policy: Policy, budget: Budget, count: Counte
     )
     for i, short, _ in standing:
         out[i] = short
-    summary = summary_message(working.state.summaries, dialect)
-    head = [*working.leading, *([summary] if summary else [])]
+    head = head_of(working.leading, working.state, dialect)
     total = tokens_of(count, head) + tokens_of(count, out)
     ready = False
     near = policy.prepare_ratio * budget.limit if policy.prepare_ratio else budget.limit

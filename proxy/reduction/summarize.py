@@ -39,7 +39,7 @@ from functools import partial
 
 from ..messages import Message
 from ..tokens import REPLY_PRIMING
-from .layout import Context, finish, summary_key, summary_message
+from .layout import Context, finish, head_of, summary_key
 from .types import (
     Budget,
     ContextTooLarge,
@@ -80,8 +80,7 @@ def under_threshold(
     if policy.dialect.holds_tools(tail):
         return None
     blocks = working.state.summaries
-    summary = summary_message(blocks, policy.dialect)
-    head = (*working.leading, summary) if summary is not None else working.leading
+    head = head_of(working.leading, working.state, policy.dialect)
     total = sum(map(count, head)) + tokens_of(count, tail)
     limit = budget.limit
     soon = policy.prepare_ratio > 0 and total > policy.prepare_ratio * limit
