@@ -227,7 +227,9 @@ def _settings(
         overrides={
             "upstream": {"base_url": "http://upstream.invalid/v1"},
             "store": {"backend": "sqlite", "path": str(path)},
-            "reduction": {"strategy": "summarize"},
+            # Summaries made when the trigger is crossed, not prepared in the background:
+            # what a request forwards then does not depend on how fast the machine is.
+            "reduction": {"strategy": "summarize", "prepare_ratio": 0.0},
             "recall": {"enabled": recall, "method": method, "k": k, "max_tokens": max_tokens},
             "models": {"windows": {MODEL: window}},
         },
