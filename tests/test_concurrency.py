@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -121,6 +122,59 @@ def test_two_replicas_on_one_redis_alternate_turns(
                 f"turn {j}" for j in range(i + 1)
             ]
             assert len(sent) == 2 * i + 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
+    fake: tuple[MockUpstream, str], tmp_path: Path, stream: bool
+) -> None:
+    """Two processes on one SQLite file (`--workers 2`): a client that has its answer
+    from one sends an append-mode turn that lands on the other, which must find the turn.
+
+    The file's write lock is held meanwhile by another connection (another worker's
+    group of turns, a checkpoint starting the WAL over), as it may be at any moment:
+    the turn's write waits for it, and the answer's end must wait for the write.
+    """
+    upstream, upstream_url = fake
+    db = tmp_path / "shared.db"
+    with proxy(upstream_url, store_path=str(db)) as a, proxy(upstream_url, store_path=str(db)) as b:
+        opener, other = (
+            openai.OpenAI(
+                base_url=u + "/v1",
+                api_key="sk-pair",
+                max_retries=0,
+                default_headers={"X-Conversation-Id": "handed-over"},
+            )
+            for u in (a, b)
+        )
+        locker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        locker.execute("BEGIN IMMEDIATE")  # the write lock, taken by someone else
+        freed = threading.Timer(1.0, locker.execute, ("COMMIT",))
+        freed.start()
+        try:
+            first = [{"role": "user", "content": "opening"}]
+            if stream:
+                chunks = opener.chat.completions.create(model="gpt-4o", messages=first, stream=True)
+                answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                reply = opener.chat.completions.create(model="gpt-4o", messages=first)
+                answer = reply.choices[0].message.content or ""
+            appended = other.with_options(
+                default_headers={"X-Conversation-Id": "handed-over", "X-Context-Mode": "append"}
+            ).chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "next"}]
+            )
+        except openai.NotFoundError as exc:
+            pytest.fail(f"the append turn did not find the turn answered before it: {exc}")
+        finally:
+            freed.join()
+            locker.close()
+    assert appended.http_response.status_code == 200
+    assert upstream.last_chat()["messages"] == [
+        {"role": "user", "content": "opening"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "next"},
+    ]
 
 
 def _start_subprocess_proxy(upstream_url: str, db: Path, port: int) -> subprocess.Popen[bytes]:
