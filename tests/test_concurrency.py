@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -467,3 +469,88 @@ def test_sigterm_stops_a_server_whose_upstream_holds_a_stream_open(
     (cut,) = waiting
     assert isinstance(cut, openai.APIStatusError) and cut.status_code == 503
     assert cut.body["type"] == "server_error"  # type: ignore[index]
+    assert cut.response.headers["x-conversation-id"]  # derived: the client named none
+
+
+@pytest.mark.parametrize("route", ["chat", "messages"])
+def test_a_request_cut_at_shutdown_gets_a_503_with_its_conversation_and_access_line(
+    fake: tuple[MockUpstream, str], route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the graceful timeout the server cuts a request still waiting for the upstream:
+    its client gets a 503 to retry, in the route's shape, with `X-Conversation-Id` and
+    the access line other proxy errors have."""
+    upstream, upstream_url = fake
+    gate = upstream.hold_next()
+    got: list[BaseException] = []
+
+    def ask(url: str) -> None:
+        try:
+            if route == "chat":
+                openai.OpenAI(
+                    base_url=url + "/v1", api_key="sk-cut", max_retries=0
+                ).chat.completions.create(
+                    model="gpt-4o",
+                    messages=[{"role": "user", "content": "held"}],
+                    extra_headers={"X-Conversation-Id": "cut-short"},
+                )
+            else:
+                anthropic.Anthropic(base_url=url, api_key="sk-cut", max_retries=0).messages.create(
+                    model="claude-tiny",
+                    max_tokens=100,
+                    messages=[{"role": "user", "content": "held"}],
+                    extra_headers={"X-Conversation-Id": "cut-short"},
+                )
+        except (openai.APIError, anthropic.APIError) as exc:
+            got.append(exc)
+
+    try:
+        with caplog.at_level(logging.INFO, logger="context_proxy.access"):
+            with proxy(upstream_url, anthropic_base_url=upstream_url.removesuffix("/v1")) as url:
+                asked = threading.Thread(target=ask, args=(url,))
+                asked.start()
+                deadline = time.monotonic() + 10
+                while not upstream.records() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            # leaving the block stops the server (should_exit); it cuts the request after 2 s
+            asked.join(timeout=30)
+    finally:
+        gate.set()
+    (cut,) = got
+    assert isinstance(cut, (openai.APIStatusError, anthropic.APIStatusError))
+    assert cut.status_code == 503
+    assert cut.response.headers["x-conversation-id"] == "cut-short"
+    if route == "chat":
+        assert cut.body["type"] == "server_error"  # type: ignore[index]
+    else:
+        assert cut.body["error"]["type"] == "api_error"  # type: ignore[index]
+    lines = [r for r in caplog.records if r.name == "context_proxy.access"]
+    assert [(r.__dict__["conversation"], r.__dict__["upstream_status"]) for r in lines] == [
+        ("cut-short", 503)
+    ]
+
+
+def test_a_request_whose_client_left_is_not_answered_as_cut_at_shutdown(
+    fake: tuple[MockUpstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that disconnected is no shutdown: when the server then cuts its request,
+    nothing is answered or logged as cut (nobody is there to retry)."""
+    upstream, upstream_url = fake
+    gate = upstream.hold_next()
+    try:
+        with (
+            caplog.at_level(logging.INFO),
+            proxy(upstream_url) as url,
+            pytest.raises(httpx.ReadTimeout),  # the client gives up and hangs up
+        ):
+            httpx.post(
+                url + "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "gone"}]},
+                headers={"Authorization": "Bearer sk-gone", "X-Conversation-Id": "left"},
+                timeout=0.5,
+            )
+    finally:
+        gate.set()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("context_proxy")]
+    assert not [m for m in said if "stopping" in m], said
+    assert not [r for r in caplog.records if r.name == "context_proxy.access"]
+    assert any("its client left" in m for m in said), said
