@@ -126,12 +126,14 @@ def test_two_replicas_on_one_redis_alternate_turns(
             assert len(sent) == 2 * i + 1
 
 
+@pytest.mark.parametrize("known", [False, True], ids=["new", "known"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
-    fake: tuple[MockUpstream, str], tmp_path: Path, stream: bool
+    fake: tuple[MockUpstream, str], tmp_path: Path, stream: bool, known: bool
 ) -> None:
     """Two processes on one SQLite file (`--workers 2`): a client that has its answer
-    from one sends an append-mode turn that lands on the other, which must find the turn.
+    from one sends an append-mode turn that lands on the other, which must find the turn:
+    not 404 for a new conversation, not the turn before it for a known one.
 
     The file's write lock is held meanwhile by another connection (another worker's
     group of turns, a checkpoint starting the WAL over), as it may be at any moment:
@@ -149,17 +151,24 @@ def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
             )
             for u in (a, b)
         )
+        history: list[Any] = []
+        if known:  # a turn the other process knows already
+            history.append({"role": "user", "content": "earlier"})
+            reply = opener.chat.completions.create(model="gpt-4o", messages=history)
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        history.append({"role": "user", "content": "opening"})
         locker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
         locker.execute("BEGIN IMMEDIATE")  # the write lock, taken by someone else
         freed = threading.Timer(1.0, locker.execute, ("COMMIT",))
         freed.start()
         try:
-            first = [{"role": "user", "content": "opening"}]
             if stream:
-                chunks = opener.chat.completions.create(model="gpt-4o", messages=first, stream=True)
+                chunks = opener.chat.completions.create(
+                    model="gpt-4o", messages=history, stream=True
+                )
                 answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             else:
-                reply = opener.chat.completions.create(model="gpt-4o", messages=first)
+                reply = opener.chat.completions.create(model="gpt-4o", messages=history)
                 answer = reply.choices[0].message.content or ""
             appended = other.with_options(
                 default_headers={"X-Conversation-Id": "handed-over", "X-Context-Mode": "append"}
@@ -171,9 +180,11 @@ def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
         finally:
             freed.join()
             locker.close()
+            opener.close()
+            other.close()
     assert appended.http_response.status_code == 200
     assert upstream.last_chat()["messages"] == [
-        {"role": "user", "content": "opening"},
+        *history,
         {"role": "assistant", "content": answer},
         {"role": "user", "content": "next"},
     ]
@@ -484,22 +495,17 @@ def test_a_request_cut_at_shutdown_gets_a_503_with_its_conversation_and_access_l
     got: list[BaseException] = []
 
     def ask(url: str) -> None:
+        said = [{"role": "user", "content": "held"}]
+        named = {"X-Conversation-Id": "cut-short"}
         try:
             if route == "chat":
-                openai.OpenAI(
-                    base_url=url + "/v1", api_key="sk-cut", max_retries=0
-                ).chat.completions.create(
-                    model="gpt-4o",
-                    messages=[{"role": "user", "content": "held"}],
-                    extra_headers={"X-Conversation-Id": "cut-short"},
-                )
+                with openai.OpenAI(base_url=url + "/v1", api_key="sk-cut", max_retries=0) as api:
+                    api.chat.completions.create(model="gpt-4o", messages=said, extra_headers=named)
             else:
-                anthropic.Anthropic(base_url=url, api_key="sk-cut", max_retries=0).messages.create(
-                    model="claude-tiny",
-                    max_tokens=100,
-                    messages=[{"role": "user", "content": "held"}],
-                    extra_headers={"X-Conversation-Id": "cut-short"},
-                )
+                with anthropic.Anthropic(base_url=url, api_key="sk-cut", max_retries=0) as ant:
+                    ant.messages.create(
+                        model="claude-tiny", max_tokens=100, messages=said, extra_headers=named
+                    )
         except (openai.APIError, anthropic.APIError) as exc:
             got.append(exc)
 
