@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import email.utils
 import functools
@@ -33,6 +32,7 @@ from .metrics import Metrics, RequestMetrics
 from .models import context_window
 from .record import Recorder
 from .settings import Settings
+from .stopping import CutAtShutdown
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import AnthropicRoute, Summarizer
 from .tokens import TokenCounter
@@ -44,6 +44,7 @@ from .upstream import (
     providers,
     refused_operator_key,
     response_headers,
+    speaks_anthropic,
     subpath,
     transport_error,
 )
@@ -167,16 +168,8 @@ async def proxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProxyError)
     # After a body that never arrived, the connection is in an unknown state: close it.
     headers = {**exc.headers, "connection": "close"} if exc.status == 408 else exc.headers
-    body = exc.body(anthropic=speaks_anthropic(request))
+    body = exc.body(anthropic=speaks_anthropic(request.url.path, request.headers))
     return Response(body, status_code=exc.status, media_type=JSON, headers=headers)
-
-
-def speaks_anthropic(request: Request) -> bool:
-    """Whether the client reads Anthropic's error shape: its routes, or its SDK elsewhere."""
-    path = request.url.path
-    if path in ("/v1/chat/completions", "/v1/responses"):
-        return False
-    return provider_of(path, request.headers) == "anthropic"
 
 
 async def client_gone(request: Request, exc: Exception) -> Response:
@@ -189,7 +182,7 @@ async def unexpected_error(request: Request, exc: Exception) -> Response:
     # A bug of ours must not look like the upstream's 500; say whose fault it is.
     log.exception("unexpected error on %s %s", request.method, request.url.path)
     message = "The proxy failed to handle this request."
-    if speaks_anthropic(request):
+    if speaks_anthropic(request.url.path, request.headers):
         body = anthropic_error_body(502, message)
     else:
         body = error_body(message, type="proxy_error", code="proxy_internal_error")
@@ -228,44 +221,6 @@ class DateHeader:
             self._second = second
             self._value = email.utils.formatdate(second, usegmt=True).encode()
         return self._value
-
-
-class CutAtShutdown:
-    """Pure ASGI middleware: a request the server cuts when it stops gets a 503 in its shape.
-
-    Past `server.shutdown_timeout_s`, uvicorn cancels the requests still under
-    way, and answers those that had no answer yet with a plain-text 500; the
-    client's SDK can tell a 503 is worth retrying, elsewhere. An answer already
-    streaming is cut as it is.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        except asyncio.CancelledError:
-            if started:
-                raise
-            log.warning("request to %s cut: the server is stopping", scope["path"])
-            error = ProxyError(
-                503, "The proxy is stopping; retry the request.", type="server_error"
-            )
-            body = error.body(anthropic=speaks_anthropic(Request(scope)))
-            headers = [(b"content-type", JSON.encode()), (b"connection", b"close")]
-            await send({"type": "http.response.start", "status": 503, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
 
 
 async def passthrough(request: Request) -> Response:

@@ -113,7 +113,9 @@ class StoreSettings:
         "Redis: after a call times out, Redis is skipped for this long (turns are served "
         "stateless, append turns get 503), then tried again, so a Redis that hangs costs one "
         "timeout (redis-py's socket timeout, 5 s unless store.url sets socket_timeout) per "
-        "interval instead of one per request.",
+        "interval instead of one per request. Also how long a failed commit makes turns "
+        "stateless. Measured on a monotonic clock: a step of the system clock (NTP) "
+        "neither ends nor extends it.",
         default=30.0,
     )
 

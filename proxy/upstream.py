@@ -267,6 +267,13 @@ def provider_of(path: str, headers: Mapping[str, str]) -> str:
     return "openai"
 
 
+def speaks_anthropic(path: str, headers: Mapping[str, str]) -> bool:
+    """Whether the client reads Anthropic's error shape: its routes, or its SDK elsewhere."""
+    if path in ("/v1/chat/completions", "/v1/responses"):
+        return False
+    return provider_of(path, headers) == "anthropic"
+
+
 def upstream_url(base_url: str, path: str, query: str = "") -> str:
     """Join the configured base (which ends in /v1) with a client path under /v1/."""
     base = base_url.rstrip("/")

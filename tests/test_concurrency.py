@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -12,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -121,6 +124,70 @@ def test_two_replicas_on_one_redis_alternate_turns(
                 f"turn {j}" for j in range(i + 1)
             ]
             assert len(sent) == 2 * i + 1
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["new", "known"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
+    fake: tuple[MockUpstream, str], tmp_path: Path, stream: bool, known: bool
+) -> None:
+    """Two processes on one SQLite file (`--workers 2`): a client that has its answer
+    from one sends an append-mode turn that lands on the other, which must find the turn:
+    not 404 for a new conversation, not the turn before it for a known one.
+
+    The file's write lock is held meanwhile by another connection (another worker's
+    group of turns, a checkpoint starting the WAL over), as it may be at any moment:
+    the turn's write waits for it, and the answer's end must wait for the write.
+    """
+    upstream, upstream_url = fake
+    db = tmp_path / "shared.db"
+    with proxy(upstream_url, store_path=str(db)) as a, proxy(upstream_url, store_path=str(db)) as b:
+        opener, other = (
+            openai.OpenAI(
+                base_url=u + "/v1",
+                api_key="sk-pair",
+                max_retries=0,
+                default_headers={"X-Conversation-Id": "handed-over"},
+            )
+            for u in (a, b)
+        )
+        history: list[Any] = []
+        if known:  # a turn the other process knows already
+            history.append({"role": "user", "content": "earlier"})
+            reply = opener.chat.completions.create(model="gpt-4o", messages=history)
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        history.append({"role": "user", "content": "opening"})
+        locker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        locker.execute("BEGIN IMMEDIATE")  # the write lock, taken by someone else
+        freed = threading.Timer(1.0, locker.execute, ("COMMIT",))
+        freed.start()
+        try:
+            if stream:
+                chunks = opener.chat.completions.create(
+                    model="gpt-4o", messages=history, stream=True
+                )
+                answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                reply = opener.chat.completions.create(model="gpt-4o", messages=history)
+                answer = reply.choices[0].message.content or ""
+            appended = other.with_options(
+                default_headers={"X-Conversation-Id": "handed-over", "X-Context-Mode": "append"}
+            ).chat.completions.with_raw_response.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "next"}]
+            )
+        except openai.NotFoundError as exc:
+            pytest.fail(f"the append turn did not find the turn answered before it: {exc}")
+        finally:
+            freed.join()
+            locker.close()
+            opener.close()
+            other.close()
+    assert appended.http_response.status_code == 200
+    assert upstream.last_chat()["messages"] == [
+        *history,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "next"},
+    ]
 
 
 def _start_subprocess_proxy(upstream_url: str, db: Path, port: int) -> subprocess.Popen[bytes]:
@@ -413,3 +480,83 @@ def test_sigterm_stops_a_server_whose_upstream_holds_a_stream_open(
     (cut,) = waiting
     assert isinstance(cut, openai.APIStatusError) and cut.status_code == 503
     assert cut.body["type"] == "server_error"  # type: ignore[index]
+    assert cut.response.headers["x-conversation-id"]  # derived: the client named none
+
+
+@pytest.mark.parametrize("route", ["chat", "messages"])
+def test_a_request_cut_at_shutdown_gets_a_503_with_its_conversation_and_access_line(
+    fake: tuple[MockUpstream, str], route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the graceful timeout the server cuts a request still waiting for the upstream:
+    its client gets a 503 to retry, in the route's shape, with `X-Conversation-Id` and
+    the access line other proxy errors have."""
+    upstream, upstream_url = fake
+    gate = upstream.hold_next()
+    got: list[BaseException] = []
+
+    def ask(url: str) -> None:
+        said = [{"role": "user", "content": "held"}]
+        named = {"X-Conversation-Id": "cut-short"}
+        try:
+            if route == "chat":
+                with openai.OpenAI(base_url=url + "/v1", api_key="sk-cut", max_retries=0) as api:
+                    api.chat.completions.create(model="gpt-4o", messages=said, extra_headers=named)
+            else:
+                with anthropic.Anthropic(base_url=url, api_key="sk-cut", max_retries=0) as ant:
+                    ant.messages.create(
+                        model="claude-tiny", max_tokens=100, messages=said, extra_headers=named
+                    )
+        except (openai.APIError, anthropic.APIError) as exc:
+            got.append(exc)
+
+    try:
+        with caplog.at_level(logging.INFO, logger="context_proxy.access"):
+            with proxy(upstream_url, anthropic_base_url=upstream_url.removesuffix("/v1")) as url:
+                asked = threading.Thread(target=ask, args=(url,))
+                asked.start()
+                deadline = time.monotonic() + 10
+                while not upstream.records() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            # leaving the block stops the server (should_exit); it cuts the request after 2 s
+            asked.join(timeout=30)
+    finally:
+        gate.set()
+    (cut,) = got
+    assert isinstance(cut, (openai.APIStatusError, anthropic.APIStatusError))
+    assert cut.status_code == 503
+    assert cut.response.headers["x-conversation-id"] == "cut-short"
+    if route == "chat":
+        assert cut.body["type"] == "server_error"  # type: ignore[index]
+    else:
+        assert cut.body["error"]["type"] == "api_error"  # type: ignore[index]
+    lines = [r for r in caplog.records if r.name == "context_proxy.access"]
+    assert [(r.__dict__["conversation"], r.__dict__["upstream_status"]) for r in lines] == [
+        ("cut-short", 503)
+    ]
+
+
+def test_a_request_whose_client_left_is_not_answered_as_cut_at_shutdown(
+    fake: tuple[MockUpstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that disconnected is no shutdown: when the server then cuts its request,
+    nothing is answered or logged as cut (nobody is there to retry)."""
+    upstream, upstream_url = fake
+    gate = upstream.hold_next()
+    try:
+        with (
+            caplog.at_level(logging.INFO),
+            proxy(upstream_url) as url,
+            pytest.raises(httpx.ReadTimeout),  # the client gives up and hangs up
+        ):
+            httpx.post(
+                url + "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "gone"}]},
+                headers={"Authorization": "Bearer sk-gone", "X-Conversation-Id": "left"},
+                timeout=0.5,
+            )
+    finally:
+        gate.set()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("context_proxy")]
+    assert not [m for m in said if "stopping" in m], said
+    assert not [r for r in caplog.records if r.name == "context_proxy.access"]
+    assert any("its client left" in m for m in said), said

@@ -324,13 +324,14 @@ def test_redis_is_tried_again_after_the_backoff(
 ) -> None:
     import asyncio
 
-    from proxy.store import ConvKey, StoreError, open_store
+    from proxy.store import ConvKey, StoreError
+    from proxy.store.redis import RedisStore
 
     from .factories import Clock
 
     url, redis_server = stoppable_redis
-    clock = Clock()
-    store = open_store("redis", url=url, now=clock, backoff_s=30)
+    clock = Clock()  # the back-off's clock
+    store = RedisStore(url, monotonic=clock, backoff_s=30)
     key = ConvKey("t", "c")
 
     async def tries() -> list[str]:
@@ -362,15 +363,16 @@ def test_a_failed_redis_commit_refuses_append_turns_only_for_the_backoff(
 
     import redis
 
-    from proxy.store import ConvKey, StoreError, open_store
+    from proxy.store import ConvKey, StoreError
+    from proxy.store.redis import RedisStore
 
     from .factories import Clock, user
     from .test_store import turn as commit_of
 
     url, _ = stoppable_redis
     admin = redis.Redis.from_url(url)
-    clock = Clock()
-    store = open_store("redis", url=url, now=clock, backoff_s=30)
+    clock = Clock()  # the back-off's clock
+    store = RedisStore(url, monotonic=clock, backoff_s=30)
     key = ConvKey("t", "full")
 
     async def tries() -> list[str | None]:
@@ -394,6 +396,67 @@ def test_a_failed_redis_commit_refuses_append_turns_only_for_the_backoff(
         admin.close()
     assert during is not None and "writes fail" in during and during == still
     assert after is None
+
+
+def test_a_step_of_the_wall_clock_neither_ends_nor_extends_the_redis_backoff(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """The back-offs (after a timeout, after a failed commit) are durations: an NTP step
+    of the wall clock (the store's `now`, which dates what it writes) moves neither."""
+    import asyncio
+
+    import redis
+
+    from proxy.store import ConvKey, StoreError, open_store
+
+    from .factories import Clock, user
+    from .test_store import turn as commit_of
+
+    url, redis_server = stoppable_redis
+    admin = redis.Redis.from_url(url)
+    wall = Clock()
+    store = open_store("redis", url=url, now=wall, backoff_s=1)
+    key = ConvKey("t", "c")
+
+    async def attempt() -> str:
+        try:
+            await store.latest(key)
+            return "answered"
+        except StoreError as exc:
+            return "skipped" if "skipped" in str(exc) else "waited"
+
+    async def tries() -> tuple[list[str], list[str | None]]:
+        said = []
+        redis_server.send_signal(signal.SIGSTOP)
+        said.append(await attempt())  # the timeout: Redis is skipped for a second
+        wall.advance(3600)  # the clock is stepped an hour ahead
+        said.append(await attempt())
+        redis_server.send_signal(signal.SIGCONT)
+        wall.advance(-7200)  # and an hour back
+        await asyncio.sleep(1.1)
+        said.append(await attempt())
+        problems: list[str | None] = []
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        with pytest.raises(StoreError):
+            await store.commit(commit_of(key, [user("refused")]))
+        admin.config_set("maxmemory", 0)
+        wall.advance(3600)
+        problems.append(store.problem())
+        wall.advance(-7200)
+        await asyncio.sleep(1.1)
+        problems.append(store.problem())
+        await store.close()
+        return said, problems
+
+    try:
+        said, (ahead, later) = asyncio.run(tries())
+    finally:
+        redis_server.send_signal(signal.SIGCONT)
+        admin.config_set("maxmemory", 0)
+        admin.close()
+    assert said == ["waited", "skipped", "answered"]
+    assert ahead is not None and "writes fail" in ahead
+    assert later is None
 
 
 def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(

@@ -17,7 +17,8 @@ itself forgets idle conversations; reads also compare `updated_at` with the
 injected clock, so expiry behaves exactly as in the other backends.
 Keys are not hash-tagged: the script touches the shared indexes too, so it
 needs a single Redis (or a cluster with one shard), not Redis Cluster.
-A call that times out makes the store skip Redis for `backoff_s` (`_calling`).
+A call that times out makes the store skip Redis for `backoff_s` (`_calling`),
+measured on a monotonic clock, which a step of the wall clock does not move.
 """
 
 from __future__ import annotations
@@ -132,16 +133,18 @@ class RedisStore(Searchable):
         prefix: str = "context-proxy",
         now: Callable[[], float] = time.time,
         backoff_s: float = DEFAULT_BACKOFF_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._redis: Redis = Redis.from_url(url, decode_responses=True)
         self._ttl_s = ttl_s
         self._max_snapshots = max(1, max_snapshots)
         self._prefix = prefix
-        self._now = now
+        self._now = now  # dates what is stored, and expiry
+        self._monotonic = monotonic  # the back-offs: durations a wall clock's step would move
         self._commit = self._redis.register_script(_COMMIT)
         self._chain = self._redis.register_script(_CHAIN)
         self._search = ArchiveSearch()
-        # Why the last commit failed (out of memory, say), and when: see `_refusing`.
+        # Why the last commit failed (out of memory, say), and when (`monotonic`): see `_refusing`.
         self._commit_failed: tuple[str, float] | None = None
         self._backoff_s = backoff_s
         self._skip_until = float("-inf")  # Redis timed out: skipped until then (`_calling`)
@@ -154,13 +157,13 @@ class RedisStore(Searchable):
         request would wait the client's socket timeout for each call; after a
         timeout, calls fail at once for `backoff_s`, then the next one tries.
         """
-        if self._now() < self._skip_until:
-            left = self._skip_until - self._now()
+        if self._monotonic() < self._skip_until:
+            left = self._skip_until - self._monotonic()
             raise StoreError(f"Redis timed out; skipped for {left:.0f} s more")
         try:
             yield
         except RedisTimeoutError as exc:
-            self._skip_until = self._now() + self._backoff_s
+            self._skip_until = self._monotonic() + self._backoff_s
             log.warning("Redis timed out; skipping it for %s s: %s", self._backoff_s, exc)
             raise StoreError(f"Redis: {exc}") from exc
         except RedisError as exc:
@@ -205,7 +208,7 @@ class RedisStore(Searchable):
         except StoreError as exc:
             if isinstance(exc.__cause__, ResponseError) and "CONFLICT" in str(exc):
                 raise Conflict(f"{turn.key.conversation} moved on") from exc
-            self._commit_failed = (str(exc), self._now())
+            self._commit_failed = (str(exc), self._monotonic())
             raise
         self._commit_failed = None
 
@@ -403,7 +406,7 @@ class RedisStore(Searchable):
         if self._commit_failed is None:
             return None
         error, at = self._commit_failed
-        return error if self._now() - at < self._backoff_s else None
+        return error if self._monotonic() - at < self._backoff_s else None
 
     def problem(self) -> str | None:
         error = self._refusing()

@@ -46,9 +46,8 @@ async def commit(
     for _ in range(MAX_REBASES):
         try:
             turn = turn_commit(outcome, answer, time.time(), digests)
-            # A full-history turn need not be written before the answer goes
-            # out: the store answers this process's next lookup from memory.
-            # An append-mode turn may conflict, so it is awaited.
+            # An append-mode turn may conflict, so it is awaited here; a full-history
+            # turn is queued, and awaited below, once this process knows it.
             written = await ctx.store.commit(turn, wait=turn.expected_turns is not None)
             if written is not None:
                 written.add_done_callback(functools.partial(_written, ctx, outcome))
@@ -60,6 +59,12 @@ async def commit(
                 planned, added = _branch(outcome, turn.archive)
                 answer_hash = turn.archive[-1].hash
                 ctx.sessions.answered(outcome.key, answer_id, answer_hash, planned, added)
+            if written is not None:
+                # The answer's end waits for the write: a client that has it may send
+                # its next turn to another process on the store (`--workers`), which
+                # knows only what is written. `wait` neither raises the write's error
+                # (`_written` reports it) nor cancels the write when the client leaves.
+                await asyncio.wait((written,))
             return
         except Conflict:
             try:
@@ -94,7 +99,8 @@ def _continue_branch(ctx: AppContext, outcome: Outcome, head: str) -> None:
 
 
 def _written(ctx: AppContext, outcome: Outcome, done: asyncio.Future[Any]) -> None:
-    """A turn written after its answer went out: a failure can only be counted and logged."""
+    """A full-history turn's write: a failure is counted and logged, and the answer goes
+    out all the same (the client resends the history, and the next turn archives it)."""
     error = None if done.cancelled() else done.exception()
     if done.cancelled() or error is not None:
         ctx.metrics.store_errors.labels("commit").inc()

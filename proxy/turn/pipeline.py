@@ -9,7 +9,9 @@ inside a request themselves.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import hmac
 import logging
 import math
@@ -110,6 +112,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         messages = messages[:-1]
         resend = Resend(ctx.sessions, given, body, enabled=False)
     key = resend.conversation(wire.opening(payload))  # identify
+    request.state.conversation = key.conversation  # for an answer made outside (`stopping`)
     # Append-mode turns of one conversation apply in arrival order.
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
@@ -144,6 +147,10 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         if isinstance(exc, ProxyError):  # the proxy's own answer: its line, and the id
             access_log(wire, key, outcome, mode, strategy, exc.status, started)
             exc.headers["x-conversation-id"] = key.conversation
+        elif isinstance(exc, asyncio.CancelledError):  # cut: the line, if `stopping` answers
+            request.state.cut_line = functools.partial(
+                access_log, wire, key, outcome, mode, strategy, started=started
+            )
         raise
     release = lock.release if lock is not None else _noop
     access_log(wire, key, outcome, mode, strategy, response.status_code, started)

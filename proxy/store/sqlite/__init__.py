@@ -13,15 +13,17 @@ read-only connection of its own: a few indexed reads that WAL never makes
 wait. (aiosqlite puts a thread behind every connection; here the thread is
 kept for what can wait.)
 
-A full-history turn is written after its answer went out (`commit(...,
-wait=False)`): the process keeps the snapshots it committed, queued ones
+A full-history turn is queued (`commit(..., wait=False)`), and the turn
+awaits the write only before its answer's end, so its bookkeeping runs
+meanwhile: the process keeps the snapshots it committed, queued ones
 included, in memory (`_Recent`) and answers its own next lookup from there,
 and every other read of this process waits for the queued turns. Whether
 someone else (another replica, an operator's delete, the sweep) changed
 snapshots since is one read of the writing connection's `PRAGMA
 data_version`, which SQLite moves for every commit but that connection's own,
 so a replica never answers from a memory another one made
-stale. Writing before answering would add the write to every turn's latency.
+stale. The answer's end waits for the write all the same, because
+a client that has it may send its next turn to another process on the file.
 
 Checkpoints (copying the WAL back into the database file, with an fsync)
 run on a thread and connection of their own, never inside a turn's commit:

@@ -134,8 +134,8 @@ class Writer:
         for the write lock: this connection's busy timeout is 0, and while
         another connection holds the lock (a checkpoint starting the WAL
         over, another process) the group is tried again every LOCK_RETRY_S,
-        in order, and fails after the store's busy timeout. Turns written
-        after their answer (the usual case) only queue up meanwhile; a
+        in order, and fails after the store's busy timeout. Turns queued
+        meanwhile wait with their answers' ends; a
         thread waiting on the lock would be slow under load, each statement
         waiting for the GIL. Only this thread drains a queue that has a
         loop connection, so the queue's lock is not needed here.
