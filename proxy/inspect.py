@@ -50,7 +50,12 @@ def fetch_admin(url: str, conversation: str, tenant: str, token: str, limit: int
             message = response.json()["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = response.text[:200]
-        raise InspectError(f"{url} answered {response.status_code}: {message}")
+        # Conversations are kept per tenant (the hash of the key): a wrong or missing
+        # key reads as no such conversation.
+        hint = (
+            " (is the tenant right? pass --key or --tenant)" if response.status_code == 404 else ""
+        )
+        raise InspectError(f"{url} answered {response.status_code}: {message}{hint}")
     data: dict[str, Any] = response.json()
     return data
 

@@ -59,7 +59,9 @@ class Metrics:
             "context_proxy_reductions", "Chat turns by reduction kind.", ["kind"], registry=r
         )
         self.summaries_made = Counter(
-            "context_proxy_summaries_made", "Summaries produced by the summariser.", registry=r
+            "context_proxy_summaries_made",
+            "Summaries a turn made while it waited (those prepared ahead: summaries_prepared).",
+            registry=r,
         )
         self.summaries_reused = Counter(
             "context_proxy_summaries_reused", "Turns that forwarded a stored summary.", registry=r

@@ -229,11 +229,15 @@ def test_inspect_reads_through_the_admin_api(
             ["inspect", conv, "--key", "sk-inspect", "--url", url, "--admin-token", "admin-secret"]
         )
         denied = main(["inspect", conv, "--key", "sk-inspect", "--url", url, "--admin-token", "no"])
+        out = capsys.readouterr().out
+        # Without the key, the tenant is another's: the error says what to pass.
+        keyless = main(["inspect", conv, "--url", url, "--admin-token", "admin-secret"])
 
-    out = capsys.readouterr().out
     assert code == 0
     assert "summary 1" in out
     assert denied == 1
+    assert keyless == 1
+    assert "pass --key or --tenant" in " ".join(capsys.readouterr().out.split())
 
 
 def test_inspect_shows_a_responses_conversation_with_its_calls(
