@@ -312,6 +312,7 @@ def test_new_words_count_at_half_the_weight_of_a_word_said_once() -> None:
         ("sister", "My sister is moving. My sister And I argued.", set()),
         ("sister", "Rosa is my sister.", set()),
         ("son", "My son's teacher Mr Brown", set()),
+        ("mom", "Lunch with my mom Friday, and my dad Tomorrow.", set()),
     ],
 )
 def test_a_relation_is_named_right_after_it(relation: str, text: str, names: set[str]) -> None:
