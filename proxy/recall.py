@@ -76,12 +76,13 @@ def terms(text: str) -> list[tuple[str, ...]]:
 
 def _names(text: str) -> dict[str, str]:
     """The words `text` writes as names, by their lower case: capitalised inside a
-    sentence, and nowhere in lower case (capitals throughout are no sign)."""
+    sentence, and nowhere in lower case (capitals throughout are no sign). A line or
+    what follows a colon opens a sentence too ("Quick question:\nBudget for the trip?")."""
     names: dict[str, str] = {}
     common: set[str] = set()
     end = -1  # before the first word: a sentence opens
     for m in _ANY_WORD.finditer(text):
-        opens = end < 0 or any(c in ".!?" for c in text[end : m.start()])
+        opens = end < 0 or any(c in ".!?:\n" for c in text[end : m.start()])
         word, end = m.group(), m.end()
         if word.islower():
             common.add(word)

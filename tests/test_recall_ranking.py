@@ -340,6 +340,9 @@ def test_a_name_is_a_word_written_capitalised_inside_a_sentence_and_never_lower(
     assert recall.terms("Painting? Which painting did EVAN like?") == [("painting",), ("evan",)]
     assert recall.terms("Caroline went where? Ask Caroline.")[0] == ("Caroline",)
     assert recall.terms("Dogs and cats: which dogs?")[0] == ("dogs",)
+    # A line, or what follows a colon, opens a sentence: a list's or a label's first word.
+    assert recall.terms("Quick question:\nBudget for the trip?")[2] == ("budget",)
+    assert recall.terms("Context: Budget for the trip?")[1] == ("budget",)
     # Whom a question speaks to is not what it is about.
     assert recall.terms("How was the hike, Evan?") == [("hike",)]
     assert recall.terms("Did Maya like the hike, Evan?") == [("Maya",), ("hike",)]
