@@ -65,10 +65,18 @@ def terms(text: str) -> list[tuple[str, ...]]:
 
     A name is passed capitalised, as the question writes it (FTS5 ignores case;
     the floor weighs names differently). A name the text addresses ("How was the
-    hike, Evan?") is whom it speaks to, not what it is about: left out.
+    hike, Evan?") is whom it speaks to, not what it is about: left out, unless the
+    text also names it otherwise.
     """
     named = _names(text)
-    spoken_to = {w for w, name in named.items() if relevance.addressing(name).search(text)}
+    # Spoken to only: a name the question also writes otherwise ("Thanks, Evan. What did
+    # Evan buy?") is what it asks about.
+    spoken_to = {
+        w
+        for w, name in named.items()
+        if len(relevance.addressing(name).findall(text))
+        >= len(re.findall(rf"\b{re.escape(name)}\b", text))
+    }
     return [
         forms(w) if w in FORMS else (named.get(w, w),) for w in words(text) if w not in spoken_to
     ]

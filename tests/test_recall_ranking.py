@@ -346,6 +346,11 @@ def test_a_name_is_a_word_written_capitalised_inside_a_sentence_and_never_lower(
     # Whom a question speaks to is not what it is about.
     assert recall.terms("How was the hike, Evan?") == [("hike",)]
     assert recall.terms("Did Maya like the hike, Evan?") == [("Maya",), ("hike",)]
+    assert recall.terms("Thanks, Evan. What did Evan buy?") == [
+        ("thanks",),
+        ("Evan",),
+        ("buy", "bought"),
+    ]
 
 
 @given(st.sampled_from(sorted(english.FORMS)), st.sampled_from(sorted(english.FORMS)))
