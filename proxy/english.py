@@ -277,6 +277,14 @@ RELATIONS = frozenset((
     "puppy", "kitten", "pet", "horse", "bird",
 ))
 # fmt: on
+# Capitalised words that follow a relation without naming it ("my mom Friday").
+# fmt: off
+CALENDAR = frozenset((
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday",
+    "january", "february", "march", "april", "may", "june", "july", "august",
+    "september", "october", "november", "december", "today", "tomorrow", "tonight",
+))
+# fmt: on
 
 
 @functools.cache
@@ -293,7 +301,7 @@ def named(relation: str, text: str) -> set[str]:
     return {
         name
         for m in _naming(relation).finditer(text)
-        if (name := m.group(1).lower()) not in STOPWORDS and name not in RELATIONS
+        if (name := m.group(1).lower()) not in STOPWORDS | RELATIONS | CALENDAR
     }
 
 

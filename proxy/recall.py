@@ -65,10 +65,18 @@ def terms(text: str) -> list[tuple[str, ...]]:
 
     A name is passed capitalised, as the question writes it (FTS5 ignores case;
     the floor weighs names differently). A name the text addresses ("How was the
-    hike, Evan?") is whom it speaks to, not what it is about: left out.
+    hike, Evan?") is whom it speaks to, not what it is about: left out, unless the
+    text also names it otherwise.
     """
     named = _names(text)
-    spoken_to = {w for w, name in named.items() if relevance.addressing(name).search(text)}
+    # Spoken to only: a name the question also writes otherwise ("Thanks, Evan. What did
+    # Evan buy?") is what it asks about.
+    spoken_to = {
+        w
+        for w, name in named.items()
+        if len(relevance.addressing(name).findall(text))
+        >= len(re.findall(rf"\b{re.escape(name)}\b", text))
+    }
     return [
         forms(w) if w in FORMS else (named.get(w, w),) for w in words(text) if w not in spoken_to
     ]
@@ -76,12 +84,13 @@ def terms(text: str) -> list[tuple[str, ...]]:
 
 def _names(text: str) -> dict[str, str]:
     """The words `text` writes as names, by their lower case: capitalised inside a
-    sentence, and nowhere in lower case (capitals throughout are no sign)."""
+    sentence, and nowhere in lower case (capitals throughout are no sign). A line or
+    what follows a colon opens a sentence too ("Quick question:\nBudget for the trip?")."""
     names: dict[str, str] = {}
     common: set[str] = set()
     end = -1  # before the first word: a sentence opens
     for m in _ANY_WORD.finditer(text):
-        opens = end < 0 or any(c in ".!?" for c in text[end : m.start()])
+        opens = end < 0 or any(c in ".!?:\n" for c in text[end : m.start()])
         word, end = m.group(), m.end()
         if word.islower():
             common.add(word)

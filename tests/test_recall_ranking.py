@@ -312,6 +312,7 @@ def test_new_words_count_at_half_the_weight_of_a_word_said_once() -> None:
         ("sister", "My sister is moving. My sister And I argued.", set()),
         ("sister", "Rosa is my sister.", set()),
         ("son", "My son's teacher Mr Brown", set()),
+        ("mom", "Lunch with my mom Friday, and my dad Tomorrow.", set()),
     ],
 )
 def test_a_relation_is_named_right_after_it(relation: str, text: str, names: set[str]) -> None:
@@ -339,9 +340,17 @@ def test_a_name_is_a_word_written_capitalised_inside_a_sentence_and_never_lower(
     assert recall.terms("Painting? Which painting did EVAN like?") == [("painting",), ("evan",)]
     assert recall.terms("Caroline went where? Ask Caroline.")[0] == ("Caroline",)
     assert recall.terms("Dogs and cats: which dogs?")[0] == ("dogs",)
+    # A line, or what follows a colon, opens a sentence: a list's or a label's first word.
+    assert recall.terms("Quick question:\nBudget for the trip?")[2] == ("budget",)
+    assert recall.terms("Context: Budget for the trip?")[1] == ("budget",)
     # Whom a question speaks to is not what it is about.
     assert recall.terms("How was the hike, Evan?") == [("hike",)]
     assert recall.terms("Did Maya like the hike, Evan?") == [("Maya",), ("hike",)]
+    assert recall.terms("Thanks, Evan. What did Evan buy?") == [
+        ("thanks",),
+        ("Evan",),
+        ("buy", "bought"),
+    ]
 
 
 @given(st.sampled_from(sorted(english.FORMS)), st.sampled_from(sorted(english.FORMS)))

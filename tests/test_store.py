@@ -1391,3 +1391,15 @@ async def test_sqlite_read_only_sees_expired_turns_and_cannot_write(
     finally:
         await looker.close()
     assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM conversations").fetchone() == (1,)
+
+
+@pytest.mark.asyncio
+async def test_a_day_after_a_relation_is_no_name_of_it(store: Store) -> None:
+    messages = chat_between_friends()
+    told = "Lunch with my mom Friday: she is doing much better."
+    other = "The release ships on Friday, fingers crossed."
+    messages[3], messages[15] = user(told), user(other)
+    await store.commit(turn(ALICE, messages))
+    # "How is Evan's mom?": the release is not what "Friday" says of her.
+    hits = await store.search(ALICE, ["Evan", "mom"], limit=5)
+    assert [h.text for h in hits] == [told]
