@@ -814,8 +814,10 @@ async def test_a_question_naming_whom_it_asks_about_needs_only_a_specific_word(
     asked = ["Evan", "ceramic", "piece", "create", "studio"]
     hits = await store.search(ALICE, asked, limit=5)
     assert sorted(h.text for h in hits) == sorted(studio)
-    # The same words naming no one (a question to the other side) need their share.
+    # The same words naming no one (a question to the other side) need their share, and
+    # an identifier ("UserService") names no one either.
     assert await store.search(ALICE, asked[1:], limit=5) == []
+    assert await store.search(ALICE, ["UserService", *asked[1:]], limit=5) == []
     assert await store.search(ALICE, asked, limit=5, asks=False) == []
 
 
@@ -833,6 +835,26 @@ async def test_a_relation_is_searched_by_the_names_it_is_called_by(store: Store)
     # A name the sides call each other by ("Hi Maya") is no friend's other name.
     hits = await store.search(ALICE, ["Evan", "friend", "museum"], limit=5)
     assert [h.text for h in hits] == [messages[7]["content"]]
+
+
+@pytest.mark.asyncio
+async def test_a_word_also_written_in_lower_case_or_one_of_many_names_is_no_alias(
+    store: Store,
+) -> None:
+    messages = chat_between_friends() * 4  # 100 messages: a word in 5 of them is specific
+    dog = "Our dog Max chewed the sofa."
+    tokens = "I set max tokens to 500 and it still cut off."
+    friends = [f"My friend {n} came over." for n in ("Ana", "Bea", "Cai", "Dov")]
+    messages[3], messages[5], messages[15] = user(dog), user(tokens), user("Ana is funny.")
+    for at, text in zip((17, 19, 21, 23), friends, strict=True):
+        messages[at] = user(text)
+    await store.commit(turn(ALICE, messages))
+    # "max" is a word here too: the dog's question does not bring the tokens back.
+    assert [h.text for h in await store.search(ALICE, ["Evan", "dog"], limit=5)] == [dog]
+    # Four friends named: "Evan's friend" is no one of them in particular ("Ana is funny"
+    # does not come back with them).
+    hits = await store.search(ALICE, ["Evan", "friend"], limit=5)
+    assert sorted(h.text for h in hits) == sorted(friends)
 
 
 @pytest.mark.asyncio

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import sqlite3
 from collections.abc import Iterable, Sequence, Set
 
@@ -39,6 +40,7 @@ from proxy.store.replies import Replies, whole
 MAX_WORDS = 16
 # Messages holding a relation ("sister") read for the names it is called by.
 ALIAS_SAMPLE = 50
+MAX_ALIASES = 3
 # The roles whose messages are indexed: what was said, not the instructions.
 SEARCHED = ("user", "assistant", "tool")
 
@@ -178,8 +180,9 @@ def search(
     ]
     counted = {w: frozenset(p.values()) for w, p in postings.items() if w not in names}
     # A capitalised word is a name the question writes (`recall.terms`): it says whom
-    # or what the question is about.
-    about = asks and any(w[:1].isupper() for w in postings)
+    # or what the question is about. Capitals inside a word ("UserService") are an
+    # identifier's, which a question about code names without asking from outside.
+    about = asks and any(w[:1].isupper() and w[1:].islower() for w in postings)
     passing = set(relevance.passing(counted, total, asks=asks, about=about))
     wanted = [w for w in wanted if w not in names]
     eligible = sorted({r for w in wanted for r, seq in postings[w].items() if seq in passing})
@@ -230,8 +233,11 @@ def _aliased(
     the conversation calls it by ("my sister Rosa"), which the floor then weighs with
     it as one word: what is said of her later says "Rosa".
 
-    Names are read in the first `ALIAS_SAMPLE` messages holding the relation; a name
-    the sides call each other by is not one.
+    Names are read in the first `ALIAS_SAMPLE` messages holding the relation. A name
+    the sides call each other by is not one, nor a word the conversation also writes
+    in lower case ("our dog Max" and "max tokens"). A relation called by more than
+    `MAX_ALIASES` names ("my friend ...") is many people: no name of one says what is
+    said of "Evan's friend", and together they would make the word everyday.
     """
     out = dict(forms)
     for word in wanted:
@@ -240,9 +246,21 @@ def _aliased(
         rows = sorted(_postings(db, tag, forms[word], within))[:ALIAS_SAMPLE]
         bodies = db.execute(_BODIES, (orjson.dumps(rows).decode(),))
         names = set().union(*(english.named(word.lower(), str(body)) for (body,) in bodies))
-        kept = [n for n in sorted(names) if not _addressed(db, n, _postings(db, tag, (n,), within))]
-        out[word] = tuple(dict.fromkeys((*forms[word], *kept)))
+        kept = [n for n in sorted(names) if _a_name(db, tag, n, within)]
+        if 0 < len(kept) <= MAX_ALIASES:
+            out[word] = tuple(dict.fromkeys((*forms[word], *kept)))
     return out
+
+
+def _a_name(db: sqlite3.Connection, tag: str, word: str, within: Set[str] | None) -> bool:
+    """Whether `word` (found written as a name) is only ever one, and not the sides' own."""
+    rows = _postings(db, tag, (word,), within)
+    sample = sorted(rows)[:ALIAS_SAMPLE]
+    bodies = db.execute(_BODIES, (orjson.dumps(sample).decode(),))
+    lower = re.compile(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])")
+    if any(lower.search(str(body)) for (body,) in bodies):
+        return False
+    return not _addressed(db, word, rows)
 
 
 def _match(forms: tuple[str, ...]) -> str:
