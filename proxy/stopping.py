@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import ProxyError
@@ -24,6 +25,16 @@ log = logging.getLogger("context_proxy.app")
 # write with the status answered.
 CONVERSATION = "conversation"
 CUT_LINE = "cut_line"
+
+
+def leave_conversation(request: Request, conversation: str) -> None:
+    """Leave the request's conversation id for a 503 this middleware answers."""
+    setattr(request.state, CONVERSATION, conversation)
+
+
+def leave_cut_line(request: Request, line: Callable[[int], None]) -> None:
+    """Leave the access line to write, with the status, if this middleware answers."""
+    setattr(request.state, CUT_LINE, line)
 
 
 class CutAtShutdown:
@@ -65,6 +76,12 @@ class CutAtShutdown:
 
 def _gone(receive: Receive) -> bool:
     """Whether the client has hung up: the server has a disconnect to give at once.
+
+    ASGI gives no way to ask without waiting, so the `receive` awaitable is
+    stepped once by hand (public Python: `__await__`, `next`), relying on the
+    server to answer a disconnect it already saw without suspending, as
+    uvicorn does; one that suspends reads as a client still there (the 503 is
+    then sent to nobody, as before this check).
 
     The routes read the body first, so what the server has left to say is the
     disconnect, if there was one; a client still there makes `receive` wait,

@@ -23,6 +23,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from .. import stopping
 from ..context import AppContext
 from ..conversation import tenant_of
 from ..dialects import Item, Wire
@@ -112,7 +113,7 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         messages = messages[:-1]
         resend = Resend(ctx.sessions, given, body, enabled=False)
     key = resend.conversation(wire.opening(payload))  # identify
-    request.state.conversation = key.conversation  # for an answer made outside (`stopping`)
+    stopping.leave_conversation(request, key.conversation)  # for a 503 made outside
     # Append-mode turns of one conversation apply in arrival order.
     lock = ctx.locks.get(key) if mode == "append" else None
     if lock is not None:
@@ -148,9 +149,10 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
             access_log(wire, key, outcome, mode, strategy, exc.status, started)
             exc.headers["x-conversation-id"] = key.conversation
         elif isinstance(exc, asyncio.CancelledError):  # cut: the line, if `stopping` answers
-            request.state.cut_line = functools.partial(
+            line = functools.partial(
                 access_log, wire, key, outcome, mode, strategy, started=started
             )
+            stopping.leave_cut_line(request, line)
         raise
     release = lock.release if lock is not None else _noop
     access_log(wire, key, outcome, mode, strategy, response.status_code, started)
