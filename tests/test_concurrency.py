@@ -142,7 +142,10 @@ def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
     """
     upstream, upstream_url = fake
     db = tmp_path / "shared.db"
-    with proxy(upstream_url, store_path=str(db)) as a, proxy(upstream_url, store_path=str(db)) as b:
+    with (
+        proxy(upstream_url, store_path=str(db), server_workers="2") as a,
+        proxy(upstream_url, store_path=str(db), server_workers="2") as b,
+    ):
         opener, other = (
             openai.OpenAI(
                 base_url=u + "/v1",
@@ -189,6 +192,38 @@ def test_an_append_turn_on_another_worker_right_after_the_answer_continues_it(
         {"role": "assistant", "content": answer},
         {"role": "user", "content": "next"},
     ]
+
+
+def test_a_process_alone_answers_before_its_turn_is_written(
+    fake: tuple[MockUpstream, str], tmp_path: Path
+) -> None:
+    """One process on its file answers its own next lookup from memory: its answers do
+    not wait for their writes, which another connection's write lock holds up."""
+    _, upstream_url = fake
+    db = tmp_path / "alone.db"
+    with proxy(upstream_url, store_path=str(db)) as url:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-alone", max_retries=0)
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "a"}])
+        reader = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        (before,) = reader.execute("SELECT COUNT(*) FROM snapshots").fetchone()
+        locker = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+        locker.execute("BEGIN IMMEDIATE")  # the write lock, taken by someone else
+        try:
+            messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+            client.chat.completions.create(
+                model="gpt-4o", messages=[*messages, {"role": "user", "content": "c"}]
+            )
+        finally:
+            locker.execute("COMMIT")  # only now can the turn be written
+            locker.close()
+        # Had the answer waited, the write would have given up (busy timeout) while the
+        # lock was held, and never be made: it is made once the lock is free.
+        deadline = time.monotonic() + 10
+        while reader.execute("SELECT COUNT(*) FROM snapshots").fetchone()[0] == before:
+            assert time.monotonic() < deadline, "the turn was never written"
+            time.sleep(0.02)
+        reader.close()
+        client.close()
 
 
 def _start_subprocess_proxy(upstream_url: str, db: Path, port: int) -> subprocess.Popen[bytes]:

@@ -47,7 +47,7 @@ async def commit(
         try:
             turn = turn_commit(outcome, answer, time.time(), digests)
             # An append-mode turn may conflict, so it is awaited here; a full-history
-            # turn is queued, and awaited below, once this process knows it.
+            # turn is queued, and awaited below (with workers), once this process knows it.
             written = await ctx.store.commit(turn, wait=turn.expected_turns is not None)
             if written is not None:
                 written.add_done_callback(functools.partial(_written, ctx, outcome))
@@ -59,10 +59,11 @@ async def commit(
                 planned, added = _branch(outcome, turn.archive)
                 answer_hash = turn.archive[-1].hash
                 ctx.sessions.answered(outcome.key, answer_id, answer_hash, planned, added)
-            if written is not None:
+            if written is not None and ctx.settings.server.workers > 1:
                 # The answer's end waits for the write: a client that has it may send
-                # its next turn to another process on the store (`--workers`), which
-                # knows only what is written. `wait` neither raises the write's error
+                # its next turn to another worker on the store, which knows only what
+                # is written. A process alone answers its next lookup from memory, and
+                # its answers do not wait. `wait` neither raises the write's error
                 # (`_written` reports it) nor cancels the write when the client leaves.
                 await asyncio.wait((written,))
             return

@@ -14,16 +14,16 @@ wait. (aiosqlite puts a thread behind every connection; here the thread is
 kept for what can wait.)
 
 A full-history turn is queued (`commit(..., wait=False)`), and the turn
-awaits the write only before its answer's end, so its bookkeeping runs
-meanwhile: the process keeps the snapshots it committed, queued ones
+awaits the write, if at all, only before its answer's end, so its bookkeeping
+runs meanwhile: the process keeps the snapshots it committed, queued ones
 included, in memory (`_Recent`) and answers its own next lookup from there,
 and every other read of this process waits for the queued turns. Whether
 someone else (another replica, an operator's delete, the sweep) changed
 snapshots since is one read of the writing connection's `PRAGMA
 data_version`, which SQLite moves for every commit but that connection's own,
 so a replica never answers from a memory another one made
-stale. The answer's end waits for the write all the same, because
-a client that has it may send its next turn to another process on the file.
+stale. With several workers the answer's end waits for the write all the
+same, because a client that has it may send its next turn to another worker.
 
 Checkpoints (copying the WAL back into the database file, with an fsync)
 run on a thread and connection of their own, never inside a turn's commit:

@@ -1,6 +1,6 @@
 """This process's own recent turns: the snapshots it committed, answered without the file.
 
-A full-history turn is written as its answer ends, and the next turn of the
+A full-history turn is written as its answer ends, or just after, and the next turn of the
 same conversation looks its snapshot up first thing; `Recent` keeps
 a conversation's newest snapshots (queued ones included) so that lookup
 needs no read of the file while nobody else writes to it.

@@ -135,7 +135,7 @@ class Writer:
         another connection holds the lock (a checkpoint starting the WAL
         over, another process) the group is tried again every LOCK_RETRY_S,
         in order, and fails after the store's busy timeout. Turns queued
-        meanwhile wait with their answers' ends; a
+        meanwhile wait (with their answers' ends, under several workers); a
         thread waiting on the lock would be slow under load, each statement
         waiting for the GIL. Only this thread drains a queue that has a
         loop connection, so the queue's lock is not needed here.
