@@ -287,6 +287,9 @@ CALENDAR = frozenset((
 # fmt: on
 
 
+_NO_NAMES = STOPWORDS | RELATIONS | CALENDAR
+
+
 @functools.cache
 def _naming(relation: str) -> re.Pattern[str]:
     return re.compile(
@@ -301,7 +304,7 @@ def named(relation: str, text: str) -> set[str]:
     return {
         name
         for m in _naming(relation).finditer(text)
-        if (name := m.group(1).lower()) not in STOPWORDS | RELATIONS | CALENDAR
+        if (name := m.group(1).lower()) not in _NO_NAMES
     }
 
 

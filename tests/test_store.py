@@ -838,17 +838,21 @@ async def test_a_relation_is_searched_by_the_names_it_is_called_by(store: Store)
 
 
 @pytest.mark.asyncio
-async def test_a_word_also_written_in_lower_case_or_one_of_many_names_is_no_alias(
+async def test_a_day_a_word_also_written_in_lower_case_or_one_of_many_names_is_no_alias(
     store: Store,
 ) -> None:
     messages = chat_between_friends() * 4  # 100 messages: a word in 5 of them is specific
     dog = "Our dog Max chewed the sofa."
     tokens = "I set max tokens to 500 and it still cut off."
     friends = [f"My friend {n} came over." for n in ("Ana", "Bea", "Cai", "Dov")]
+    mom = "Lunch with my mom Friday: she is doing much better."
     messages[3], messages[5], messages[15] = user(dog), user(tokens), user("Ana is funny.")
+    messages[25], messages[27] = user(mom), user("The release ships on Friday, fingers crossed.")
     for at, text in zip((17, 19, 21, 23), friends, strict=True):
         messages[at] = user(text)
     await store.commit(turn(ALICE, messages))
+    # "How is Evan's mom?": the release is not what "Friday" says of her.
+    assert [h.text for h in await store.search(ALICE, ["Evan", "mom"], limit=5)] == [mom]
     # "max" is a word here too: the dog's question does not bring the tokens back.
     assert [h.text for h in await store.search(ALICE, ["Evan", "dog"], limit=5)] == [dog]
     # Four friends named: "Evan's friend" is no one of them in particular ("Ana is funny"
@@ -1413,15 +1417,3 @@ async def test_sqlite_read_only_sees_expired_turns_and_cannot_write(
     finally:
         await looker.close()
     assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM conversations").fetchone() == (1,)
-
-
-@pytest.mark.asyncio
-async def test_a_day_after_a_relation_is_no_name_of_it(store: Store) -> None:
-    messages = chat_between_friends()
-    told = "Lunch with my mom Friday: she is doing much better."
-    other = "The release ships on Friday, fingers crossed."
-    messages[3], messages[15] = user(told), user(other)
-    await store.commit(turn(ALICE, messages))
-    # "How is Evan's mom?": the release is not what "Friday" says of her.
-    hits = await store.search(ALICE, ["Evan", "mom"], limit=5)
-    assert [h.text for h in hits] == [told]

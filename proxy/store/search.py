@@ -169,8 +169,8 @@ def search(
     ).fetchone()
     if not total:
         return []
-    forms = _aliased(db, tag, forms, wanted, within)
     postings = {w: _postings(db, tag, forms[w], within) for w in wanted}
+    forms, postings = _aliased(db, tag, forms, postings, within)
     names = [
         w
         for w, p in postings.items()
@@ -226,12 +226,12 @@ def _aliased(
     db: sqlite3.Connection,
     tag: str,
     forms: dict[str, tuple[str, ...]],
-    wanted: Sequence[str],
+    postings: dict[str, dict[int, int]],
     within: Set[str] | None,
-) -> dict[str, tuple[str, ...]]:
-    """`forms`, each relation the question asks by ("Caroline's sister") given the names
-    the conversation calls it by ("my sister Rosa"), which the floor then weighs with
-    it as one word: what is said of her later says "Rosa".
+) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[int, int]]]:
+    """`forms` and their `postings`, each relation the question asks by ("Caroline's
+    sister") given the names the conversation calls it by ("my sister Rosa"), which the
+    floor then weighs with it as one word: what is said of her later says "Rosa".
 
     Names are read in the first `ALIAS_SAMPLE` messages holding the relation. A name
     the sides call each other by is not one, nor a word the conversation also writes
@@ -239,28 +239,28 @@ def _aliased(
     `MAX_ALIASES` names ("my friend ...") is many people: no name of one says what is
     said of "Evan's friend", and together they would make the word everyday.
     """
-    out = dict(forms)
-    for word in wanted:
-        if word.lower() not in english.RELATIONS:
-            continue
-        rows = sorted(_postings(db, tag, forms[word], within))[:ALIAS_SAMPLE]
-        bodies = db.execute(_BODIES, (orjson.dumps(rows).decode(),))
-        names = set().union(*(english.named(word.lower(), str(body)) for (body,) in bodies))
+    forms, postings = dict(forms), dict(postings)
+    for word in [w for w in postings if w.lower() in english.RELATIONS]:
+        relation = word.lower()
+        names = set().union(*(english.named(relation, b) for b in _texts(db, postings[word])))
         kept = [n for n in sorted(names) if _a_name(db, tag, n, within)]
         if 0 < len(kept) <= MAX_ALIASES:
-            out[word] = tuple(dict.fromkeys((*forms[word], *kept)))
-    return out
+            forms[word] = tuple(dict.fromkeys((*forms[word], *kept)))
+            postings[word] = _postings(db, tag, forms[word], within)
+    return forms, postings
 
 
 def _a_name(db: sqlite3.Connection, tag: str, word: str, within: Set[str] | None) -> bool:
     """Whether `word` (found written as a name) is only ever one, and not the sides' own."""
-    rows = _postings(db, tag, (word,), within)
-    sample = sorted(rows)[:ALIAS_SAMPLE]
-    bodies = db.execute(_BODIES, (orjson.dumps(sample).decode(),))
+    texts = _texts(db, _postings(db, tag, (word,), within))
     lower = re.compile(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])")
-    if any(lower.search(str(body)) for (body,) in bodies):
-        return False
-    return not _addressed(db, word, rows)
+    return not any(lower.search(t) for t in texts) and not relevance.addressed(word, texts)
+
+
+def _texts(db: sqlite3.Connection, rowids: Iterable[int], first: int = ALIAS_SAMPLE) -> list[str]:
+    """The bodies of the `first` of the rows, in order."""
+    sample = sorted(rowids)[:first]
+    return [str(r[0]) for r in db.execute(_BODIES, (orjson.dumps(sample).decode(),))]
 
 
 def _match(forms: tuple[str, ...]) -> str:
@@ -284,9 +284,7 @@ def _addressed(db: sqlite3.Connection, word: str, rowids: Iterable[int]) -> bool
     The sample is of rows, so a long message's passages count one by one: a
     greeting opens one of them, which is how a name addressed reads anyway.
     """
-    sample = sorted(rowids)[: relevance.ADDRESS_SAMPLE]
-    rows = db.execute(_BODIES, (orjson.dumps(sample).decode(),))
-    return relevance.addressed(word, (str(r[0]) for r in rows))
+    return relevance.addressed(word, _texts(db, rowids, relevance.ADDRESS_SAMPLE))
 
 
 def unit_vector(values: Sequence[float]) -> bytes:
