@@ -347,7 +347,8 @@ def quoted(hits: Sequence[SearchHit]) -> int:
 
 
 def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
-    """The recall block: each hit (then its replies) on a line, long ones cut to `max_chars`.
+    """The recall block: each hit (then its replies) on a line, long ones cut to `max_chars`,
+    labelled with its turn, its role and the date of its sitting (`SearchHit.dated`).
 
     A long message is quoted around the sentences sharing most words with
     the question, not from its head: the fact is rarely its opening line.
@@ -355,9 +356,16 @@ def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
     wanted = stems(question)
     lines = [HEADER]
     for hit in hits:
+        dated = ""
         for said in (hit, *hit.replies):
             text = excerpt(said.text, max_chars, wanted)
-            lines.append(f"[turn {said.turn}, {said.role}] {text}")
+            # The date of its sitting, where the conversation wrote one: once a hit, as
+            # its replies were said under it, and not where the quote writes it anyway.
+            when = f", {said.dated}" if said.dated not in (dated, "") else ""
+            dated = said.dated
+            if when and said.dated in text:
+                when = ""
+            lines.append(f"[turn {said.turn}, {said.role}{when}] {text}")
     return "\n".join(lines)
 
 

@@ -29,8 +29,9 @@ SUMMARY_PROMPT = (
     "You are the context-proxy summarizer. You compress the earlier part of a conversation "
     "between a user and an AI assistant so the assistant can continue it without the "
     "original messages. Write a dense, factual summary in the conversation's language. "
-    "Keep: decisions made and their reasons; facts, names, numbers, identifiers, file paths, "
-    "URLs and code; the user's goals, preferences and constraints; open tasks and questions; "
+    "Keep: decisions made and their reasons; facts, names, dates, numbers, identifiers, "
+    "file paths, URLs and code; the user's goals, preferences and constraints; open tasks "
+    "and questions; "
     "tool calls that matter and what their results showed. Drop pleasantries and repetition. "
     "Do not address the user; do not invent anything. Plain text or short bullet points."
 )

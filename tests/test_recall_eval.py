@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from bench.recall_eval import Score, _reached, evaluate, load, other_set, third_set
-from bench.recall_set import FACTS, THEMES, VARIANTS, Conversation, conversation, dev_set
+from bench.recall_set import (
+    FACTS,
+    THEMES,
+    VARIANTS,
+    Conversation,
+    Question,
+    conversation,
+    dev_set,
+)
+from bench.recall_third import chats as third_chats
 
 pytestmark = pytest.mark.integration
 
@@ -144,6 +153,21 @@ def test_a_third_set_written_blind_finds_more_than_plain_bm25_and_recalls_falsel
     assert recall.found_share >= plain.found_share + 0.15, lines
     assert recall.false_recalls <= plain.false_recalls - 3, lines
     assert recall.tokens_share <= window.tokens_share + 0.02, lines
+
+
+def test_a_temporal_question_gets_its_statement_with_the_date_of_its_sitting() -> None:
+    # The third set's "When did ...?" questions count as found when the statement ("I
+    # played at a recital earlier today") and its sitting's date ("(3 June 2023) Hi!",
+    # another message) both reach the model: a recalled statement is quoted with it.
+    conversations = [
+        Conversation(c.messages, [Question(q.text, q.evidence, tuple(q.answer))])
+        for c in third_chats(3, seed=3)
+        for q in c.questions
+        if q.kind == "temporal"
+    ]
+    recall = evaluate(conversations, "lexical recall, temporal questions of the third set")
+    assert recall.answerable == 9
+    assert recall.found >= 7, recall.line()
 
 
 def test_hybrid_finds_what_either_search_does_and_recalls_falsely_only_where_one_does() -> None:

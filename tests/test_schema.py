@@ -23,6 +23,7 @@ from proxy.store import ConvKey, SqliteStore, StoreError
 from proxy.store.schema import BEFORE_SQUASH, SCHEMA, STEPS, migrate
 
 from .factories import user
+from .test_store import turn
 
 BEFORE = Path(__file__).parent / "data" / "store-before-squash.db"
 SCHEMA_1 = Path(__file__).parent / "data" / "store-schema-1.db"
@@ -116,6 +117,37 @@ async def test_a_file_of_an_earlier_step_is_read_as_it_is_and_given_the_steps_it
         await store.close()
     assert migrated(old) == {SCHEMA, *STEP_NAMES}
     assert shape(old) == shape(fresh)
+
+
+@pytest.mark.asyncio
+async def test_an_index_built_without_dates_is_built_again_and_dates_its_sittings(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "indexed.db"
+    store = SqliteStore(str(path), ttl_s=0)
+    try:
+        await store.commit(turn(FULL, [user("(8 May 2023) Hi!"), user("I got a kitten.")]))
+        (hit,) = await store.search(FULL, ["kitten"], limit=5)
+        assert hit.dated == "8 May 2023"
+    finally:
+        await store.close()
+    # As a release before the dates left it: the index holds the messages, no dates.
+    dating = [name for name in STEP_NAMES if name >= "s003"]
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("DROP TRIGGER conversations_forget_dates")
+        db.execute("DROP TABLE search_dates")
+        db.executemany("DELETE FROM _migrations WHERE name = ?", [(n,) for n in dating])
+        assert db.execute("SELECT COUNT(*) FROM message_search").fetchone() == (3,)
+
+    store = SqliteStore(str(path), ttl_s=0)
+    try:
+        (hit,) = await store.search(FULL, ["kitten"], limit=5)
+        assert hit.dated == "8 May 2023"
+    finally:
+        await store.close()
+    assert migrated(path) == {SCHEMA, *STEP_NAMES}
+    with contextlib.closing(sqlite3.connect(path)) as db:  # built again, not added to
+        assert db.execute("SELECT COUNT(*) FROM message_search").fetchone() == (3,)
 
 
 def test_a_new_file_records_the_schema_once(tmp_path: Path) -> None:

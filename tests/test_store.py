@@ -1207,10 +1207,12 @@ def test_a_blank_stretch_in_a_long_message_is_no_reply() -> None:
 @pytest.mark.asyncio
 async def test_sqlite_deleting_a_conversation_drops_its_index_rows(tmp_path: Path) -> None:
     store = SqliteStore(str(tmp_path / "s.db"))
+    dated = [*travel_chat(), user("(8 May 2023) Back again!")]
     try:
-        await store.commit(turn(ALICE, travel_chat()))
+        await store.commit(turn(ALICE, dated))
         await store.commit(turn(MALLORY, travel_chat()))
-        assert await store.search(ALICE, ["passport", "expires"], limit=5)
+        (hit, *_) = await store.search(ALICE, ["back"], limit=5)
+        assert hit.dated == "8 May 2023"
         assert await store.search(MALLORY, ["passport", "expires"], limit=5)
         await store.put_vectors(ALICE, "emb", [(1, unit(1, 0))])
         assert await store.delete(ALICE)
@@ -1220,8 +1222,9 @@ async def test_sqlite_deleting_a_conversation_drops_its_index_rows(tmp_path: Pat
     rows = db.execute("SELECT COUNT(*) FROM message_search").fetchone()[0]
     vectors = db.execute("SELECT COUNT(*) FROM message_vectors").fetchone()[0]
     progress = db.execute("SELECT COUNT(*) FROM search_progress").fetchone()[0]
+    headers = db.execute("SELECT COUNT(*) FROM search_dates").fetchone()[0]
     db.close()
-    assert (rows, vectors, progress) == (SEARCHED, 0, 1)  # only Mallory's
+    assert (rows, vectors, progress, headers) == (SEARCHED, 0, 1, 0)  # only Mallory's
 
 
 @pytest.mark.asyncio

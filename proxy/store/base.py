@@ -121,6 +121,9 @@ class SearchHit:
     that followed it, up to the next of its own role, as its `replies`: in a
     dialogue the answer rarely repeats the question's words. (More than one when
     the proxy stored an answer the client then resent differently: both follow.)
+
+    `dated` is the date the conversation last wrote as a header at or before the
+    message, as written (`proxy.store.dates`); "" when it wrote none.
     """
 
     seq: int
@@ -129,6 +132,7 @@ class SearchHit:
     text: str
     score: float
     replies: tuple[SearchHit, ...] = ()
+    dated: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from proxy.store import search
+from proxy.store import dates, search
 
 SCHEMA = "schema-1"
 BEFORE_SQUASH = (
@@ -111,9 +111,24 @@ KEPT_SUMMARIES_TABLE = """
     )
 """
 
+# A conversation's dated sittings (`proxy.store.dates`) leave with it.
+FORGET_DATES = """
+    CREATE TRIGGER conversations_forget_dates BEFORE DELETE ON conversations BEGIN
+        DELETE FROM search_dates WHERE conversation_id = old.id;
+    END
+"""
+
 # Changes since `SCHEMA`, by name, in the order they apply: each only adds, so a
-# release that predates one reads and writes a file that has it.
-STEPS: tuple[tuple[str, str], ...] = (("s002_kept_summaries", KEPT_SUMMARIES_TABLE),)
+# release that predates one reads and writes a file that has it. The search index
+# is a cache of the archive: emptied, it is built again, a conversation at its next
+# search, so what it was indexed without (its sittings' dates) is found then.
+STEPS: tuple[tuple[str, str], ...] = (
+    ("s002_kept_summaries", KEPT_SUMMARIES_TABLE),
+    ("s003_search_dates", dates.CREATE),
+    ("s004_forget_dates", FORGET_DATES),
+    ("s005_reindex", "DELETE FROM message_search"),
+    ("s006_reindex_progress", "DELETE FROM search_progress"),
+)
 
 # The search index has no foreign keys (FTS5 tables cannot have them): a
 # conversation's rows leave with it through this trigger.

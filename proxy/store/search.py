@@ -33,7 +33,7 @@ import orjson
 from proxy import english
 from proxy.blocks import holds_results
 from proxy.messages import Message, role, text_of
-from proxy.store import relevance
+from proxy.store import dates, relevance
 from proxy.store.base import SearchHit, StoreError
 from proxy.store.replies import Replies, whole
 
@@ -78,6 +78,7 @@ def create(db: sqlite3.Connection) -> None:
     db.execute(CREATE_INDEX)
     db.execute(CREATE_PROGRESS)
     db.execute(CREATE_VECTORS)
+    db.execute(dates.CREATE)
     db.execute(SET_RANK)
 
 
@@ -93,6 +94,7 @@ def forget(db: sqlite3.Connection, conv: int) -> None:
     )
     db.execute("DELETE FROM search_progress WHERE conversation_id = ?", (conv,))
     db.execute("DELETE FROM message_vectors WHERE conversation_id = ?", (conv,))
+    dates.forget(db, conv)
 
 
 def progress(db: sqlite3.Connection, conv: int) -> tuple[int, int]:
@@ -113,6 +115,7 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
         return
     _, turns = progress(db, conv)
     docs: list[tuple[str, str, int, int, str, str]] = []
+    said: list[tuple[int, str, str]] = []  # what the sides said, where a sitting is dated
     for seq, hash_, message in rows:
         who = role(message)
         if who == "user" and holds_results(message.get("content")):
@@ -126,10 +129,13 @@ def add(db: sqlite3.Connection, conv: int, rows: Sequence[tuple[int, str, Messag
             label = "tool result" if who == "tool" else who
             tag, turn = f"k{conv}", max(turns, 1)
             docs += [(part, tag, seq, turn, label, hash_) for part in english.passages(text)]
+            if who != "tool":
+                said.append((seq, hash_, text))
     db.executemany(
         "INSERT INTO message_search (body, conv, seq, turn, role, hash) VALUES (?, ?, ?, ?, ?, ?)",
         docs,
     )
+    dates.add(db, conv, said)
     db.execute(
         "INSERT INTO search_progress (conversation_id, seq, turns) VALUES (?, ?, ?)"
         " ON CONFLICT (conversation_id) DO UPDATE SET seq = excluded.seq, turns = excluded.turns",
@@ -206,7 +212,7 @@ def search(
             replies = followed.of(rowid, hit, replied)
             hit, replied = dataclasses.replace(hit, replies=replies), replied + 1
         hits.append(hit)
-    return hits
+    return dates.dated(db, conv, hits, within)
 
 
 def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
@@ -372,7 +378,7 @@ def nearest(
     said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
     texts = whole((int(s), str(b)) for s, _, _, b in found)
     hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]
-    return sorted(hits, key=lambda h: (-h.score, -h.seq))
+    return dates.dated(db, conv, sorted(hits, key=lambda h: (-h.score, -h.seq)), within)
 
 
 def _seqs_within(db: sqlite3.Connection, conv: int, within: Set[str]) -> set[int]:

@@ -1,0 +1,106 @@
+"""When a quoted message was said: the date its conversation last wrote as a header.
+
+Apps that keep long chats (and replays of them) mark where each sitting starts
+with its date: "(8 May 2023) Hey Mel!", "[1:56 pm on 8 May, 2023]", "Monday, 8
+May 2023." A message recalled from long ago is quoted without that header, which
+is a different message, so a model asked "when did she go?" reads the statement
+and cannot say. Each hit is given the date of the latest header at or before it,
+as written (`SearchHit.dated`).
+
+A header is a date with its year, in brackets or parentheses anywhere in a
+user's or assistant's message, or opening one of its lines (after a weekday, a
+clock time, "Session 3"): a date in a sentence ("my flight is on June 3, 2024")
+is news, not when the chat took place, and a tool's output is not the chat's. A
+header dates what follows it until the next one, so a chat dated once is dated
+by that once for good.
+
+Headers are noted as the search index takes the messages in (`proxy.store.search`
+calls `add`), in a table beside it: a lookup is one indexed read a quoted message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence, Set
+
+from proxy.store.base import SearchHit
+
+_MONTHS = (
+    "January|February|March|April|May|June|July|August|September|October|November|December"
+    "|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec"
+)
+_DAY = r"[0-3]?\d(?:st|nd|rd|th)?"
+_YEAR = r"(?:19|20)\d\d"
+_DATE = (
+    rf"(?:{_DAY}\s+(?:{_MONTHS})\.?,?\s+{_YEAR}"
+    rf"|(?:{_MONTHS})\.?\s+{_DAY},?\s+{_YEAR}"
+    rf"|{_YEAR}-[01]\d-[0-3]\d)"
+)
+_WEEKDAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*\.?,?"
+_CLOCK = r"\d{1,2}[:.]\d\d\s*(?:[ap]\.?m\.?)?(?:\s+on)?,?"
+# What may stand before the date in a header: a weekday, a clock time, a sitting's number.
+_LEAD = rf"(?:Session\s+\d+\W{{0,3}}\s*)?(?:{_WEEKDAY}\s+)?(?:{_CLOCK}\s+)?"
+HEADER = re.compile(
+    rf"[(\[][^()\[\]\n]{{0,40}}?\b(?P<bracketed>{_DATE})\b[^()\[\]\n]{{0,20}}[)\]]"
+    rf"|^[^\w\n]*{_LEAD}(?P<opening>{_DATE})\b",
+    re.IGNORECASE | re.MULTILINE,
+)
+# A conversation's headers, found as its messages are indexed: few rows (one a
+# sitting), read by seq. The search index is a cache of the archive, and so is this.
+CREATE = """
+    CREATE TABLE IF NOT EXISTS search_dates (
+        conversation_id INTEGER NOT NULL,
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        written TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, seq)
+    ) WITHOUT ROWID
+"""
+
+
+def header(text: str) -> str:
+    """The last date `text` writes as a header, as written; "" when it writes none."""
+    found = ""
+    for match in HEADER.finditer(text):
+        found = match.group("bracketed") or match.group("opening")
+    return " ".join(found.split())
+
+
+def add(db: sqlite3.Connection, conv: int, said: Iterable[tuple[int, str, str]]) -> None:
+    """Note the headers among `(seq, chain hash, text)` of a user's or assistant's messages."""
+    found = [(conv, seq, hash_, written) for seq, hash_, text in said if (written := header(text))]
+    db.executemany(
+        "INSERT OR REPLACE INTO search_dates (conversation_id, seq, hash, written)"
+        " VALUES (?, ?, ?, ?)",
+        found,
+    )
+
+
+def forget(db: sqlite3.Connection, conv: int) -> None:
+    db.execute("DELETE FROM search_dates WHERE conversation_id = ?", (conv,))
+
+
+def dated(
+    db: sqlite3.Connection, conv: int, hits: Sequence[SearchHit], within: Set[str] | None = None
+) -> list[SearchHit]:
+    """`hits` (and the replies they carry), each with the date its conversation (of the
+    branch whose chain hashes are `within`, if given) last wrote as a header at or
+    before it."""
+    seqs = {said.seq for hit in hits for said in (hit, *hit.replies)}
+    when = {seq: _header_before(db, conv, seq, within) for seq in seqs}
+
+    def of(said: SearchHit) -> SearchHit:
+        return dataclasses.replace(said, dated=when[said.seq]) if when[said.seq] else said
+
+    return [dataclasses.replace(of(hit), replies=tuple(map(of, hit.replies))) for hit in hits]
+
+
+def _header_before(db: sqlite3.Connection, conv: int, seq: int, within: Set[str] | None) -> str:
+    rows: Iterable[tuple[str, str]] = db.execute(
+        "SELECT hash, written FROM search_dates WHERE conversation_id = ? AND seq <= ?"
+        " ORDER BY seq DESC",
+        (conv, seq),
+    )
+    return next((written for hash_, written in rows if within is None or hash_ in within), "")
