@@ -148,11 +148,12 @@ def render(console: Console, data: dict[str, Any], limit: int | None = None) -> 
     )
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats.reductions.items()))
     head.add_row("reductions", kinds or "-")
-    head.add_row("verbatim from", f"body message {reduction.tail_start}")
+    # Messages are counted after the leading instructions, as the reduction counts them.
+    head.add_row("verbatim from", f"message {reduction.tail_start} after the instructions")
     console.print(Panel(head, title="context-proxy conversation", expand=False))
     if reduction.summaries:
         parts = [
-            Panel(Text(block.text), title=f"summary {i} (covers body messages 0..{block.covers})")
+            Panel(Text(block.text), title=f"summary {i} (of the first {block.covers} messages)")
             for i, block in enumerate(reduction.summaries, 1)
         ]
         console.print(Group(*parts))
