@@ -149,7 +149,7 @@ def test_every_strategy_keeps_the_tools_the_kept_turns_call_loaded(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("strategy", ["summarize", "mask"])
+@pytest.mark.parametrize("strategy", ["summarize", "mask", "tiered"])
 def test_an_agent_calling_a_tool_it_searched_for_long_ago_is_reduced_and_accepted(
     tmp_path: Path, strategy: str
 ) -> None:
@@ -213,3 +213,18 @@ def test_a_dropped_search_is_carried_once_as_its_use_and_result() -> None:
         "content": [text("[Tools loaded earlier in this conversation.]")],
     }
     assert ANTHROPIC.cleared(app[1], "toolu_find3", "[cleared]") == app[1]
+
+
+def test_tiered_carries_the_searches_of_a_middle_it_compresses() -> None:
+    """`tiered` compresses the middle of an older topic into a note in its place: a search
+    in that middle goes on after the note, so the topic's later calls of its tool, kept
+    after it, still find it loaded (the mock refuses a call with no reference before it)."""
+    items: list[Item] = [user(text("weather please"))]
+    for n in range(5):
+        loads = searched(1, "get_weather") if n == 0 else []
+        items.append({"role": "assistant", "content": [*loads, tool_use(f"t{n}", "get_weather")]})
+        items.append(user(result(f"t{n}", "r" * (1600 if n < 3 else 10))))
+    items += [{"role": "assistant", "content": [text("done")]}, user(text("and now?"))]
+    body = forwarded(items, "tiered", 1000)
+    assert body is not None
+    assert "[summary of" in str(body["messages"]), "the middle went compressed"

@@ -34,6 +34,7 @@ class Items:
     name = "test.items"
     separate_calls = True
     opaque_items = True
+    searches_again = True
 
     def is_instruction(self, item: Item) -> bool:
         return item.get("type") == "message" and item.get("role") in ("system", "developer")
@@ -57,6 +58,9 @@ class Items:
 
     def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
         return []
+
+    def loads(self, items: Sequence[Item]) -> set[str]:
+        return set()
 
     def held_by(self, item: Item) -> tuple[str, ...]:
         return ()

@@ -36,6 +36,10 @@ class Dialect(Protocol):
     separate_calls: bool
     # Whether any item may travel with the next one (see `travels_with_next`).
     opaque_items: bool
+    # Whether a deferred tool whose loader is gone from the history is only unavailable
+    # to the model, which searches for it again, rather than refused once called: then
+    # the loaders a reduction carries give way to the window (`layout.CARRIED_SHARE`).
+    searches_again: bool
 
     def is_instruction(self, item: Item) -> bool:
         """A leading instruction (system, developer): kept verbatim, never reduced."""
@@ -79,7 +83,12 @@ class Dialect(Protocol):
     def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
         """What of `items`, a span a reduction drops, loads deferred tools the `carried` items
         do not (a tool search and the references it returned), as items that stand on their
-        own; none for most spans. The reduction forwards them in the span's place."""
+        own; none for most spans. The reduction forwards them in the span's place, two items
+        a loader: what makes the searches and what answers them."""
+        ...
+
+    def loads(self, items: Sequence[Item]) -> set[str]:
+        """The names of the deferred tools `items` load (as `call_names` names a call of one)."""
         ...
 
     def holds_tools(self, items: Sequence[Item]) -> bool:

@@ -72,6 +72,8 @@ class AnthropicItems:
     # An assistant message lists all its calls; thinking blocks live inside it.
     separate_calls = False
     opaque_items = False
+    # A call of a deferred tool with no reference before it is taken as refused.
+    searches_again = False
 
     def is_instruction(self, item: Item) -> bool:
         return False  # the instructions are the request's `system`, outside the history
@@ -156,6 +158,9 @@ class AnthropicItems:
             {"role": "assistant", "content": [*searches, *calls]},
             {"role": "user", "content": closing},
         ]
+
+    def loads(self, items: Sequence[Item]) -> set[str]:
+        return {name for m in items for b in blocks(m) for name in references(b)}
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(

@@ -27,6 +27,7 @@ class ChatCompletions:
     name = "chat.completions"
     separate_calls = False
     opaque_items = False
+    searches_again = False
 
     def is_instruction(self, item: Item) -> bool:
         return role(item) in LEADING_ROLES
@@ -56,6 +57,9 @@ class ChatCompletions:
 
     def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
         return []
+
+    def loads(self, items: Sequence[Item]) -> set[str]:
+        return set()
 
     def held_by(self, item: Item) -> tuple[str, ...]:
         return ()

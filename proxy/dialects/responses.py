@@ -81,6 +81,8 @@ class ResponsesItems:
     name = "responses"
     separate_calls = True
     opaque_items = True
+    # OpenAI: tools no output lists "will not be available to the model".
+    searches_again = True
 
     def is_instruction(self, item: Item) -> bool:
         return kind(item) == "message" and item.get("role") in LEADING_ROLES
@@ -119,8 +121,39 @@ class ResponsesItems:
         return (str(program),) if program else ()
 
     def loaders(self, items: Sequence[Item], carried: Sequence[Item]) -> list[Item]:
-        # Whether OpenAI needs a dropped search's tools still loaded is not documented.
-        return []
+        # A tool is callable while an output listing it is in the input (OpenAI: tools not
+        # listed "will not be available to the model"), and an output may be trimmed to
+        # the tools wanted: each search loading a tool the carried ones do not goes on as
+        # its call and its output holding only those, paired as sent (a hosted search's
+        # output right after it, a client's by `call_id`).
+        have: set[str] = set()
+        for item in carried:
+            if kind(item) == SEARCHED:
+                _new_tools(item.get("tools"), have)
+        calls = {_call_id(i): i for i in items if kind(i) == SEARCH and not _anonymous(i)}
+        out: list[Item] = []
+        hosted: Item | None = None
+        for item in items:
+            if kind(item) == SEARCH and _anonymous(item):
+                hosted = item
+            elif kind(item) == SEARCHED:
+                call = hosted if _anonymous(item) else calls.get(_call_id(item))
+                hosted = None
+                tools = _new_tools(item.get("tools"), have)
+                if call is not None and tools:
+                    out += [call, _holding(item, tools)]
+        return out
+
+    def loads(self, items: Sequence[Item]) -> set[str]:
+        # By the name a call gives: a namespace's function by its own name.
+        names: set[str] = set()
+        for item in items:
+            for tool in item.get("tools") or () if kind(item) == SEARCHED else ():
+                inner = tool.get("tools") if isinstance(tool, dict) else None
+                for t in inner if isinstance(inner, list) else [tool]:
+                    if isinstance(t, dict) and isinstance(t.get("name"), str):
+                        names.add(t["name"])
+        return names
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
@@ -184,6 +217,44 @@ def _tool_names(tools: Any) -> list[str]:
             name = str(tool.get("name") or tool.get("server_label") or tool.get("type"))
             names.append(f"{name} ({', '.join(inner)})" if inner else name)
     return names
+
+
+def _new_tools(tools: Any, have: set[str]) -> list[Any]:
+    """The loaded tools (a namespace with its functions) not in `have`, which gains them."""
+    out: list[Any] = []
+    for tool in tools if isinstance(tools, list) else ():
+        inner = tool.get("tools") if isinstance(tool, dict) else None
+        if isinstance(inner, list):  # a namespace: its functions are loaded one by one
+            prefix = f"{tool.get('name')}."
+            fresh = [t for t in inner if _fresh(t, have, prefix)]
+            if fresh:
+                out.append(tool if len(fresh) == len(inner) else {**tool, "tools": fresh})
+        elif _fresh(tool, have):
+            out.append(tool)
+    return out
+
+
+def _holding(output: Item, tools: list[Any]) -> Item:
+    """The search's output holding `tools`: itself when they are all it holds."""
+    sent = output.get("tools")
+    if not isinstance(sent, list) or len(sent) != len(tools):
+        return {**output, "tools": tools}
+    same = all(a is b for a, b in zip(sent, tools, strict=True))
+    return output if same else {**output, "tools": tools}
+
+
+def _fresh(tool: Any, have: set[str], prefix: str = "") -> bool:
+    """Whether `tool` is not in `have` yet (by its type and name or server's label, or as
+    written), which it then is."""
+    name = (tool.get("name") or tool.get("server_label")) if isinstance(tool, dict) else None
+    if isinstance(name, str):
+        key = f"{prefix}{tool.get('type')}:{name}"
+    else:
+        key = prefix + orjson.dumps(tool).decode()
+    if key in have:
+        return False
+    have.add(key)
+    return True
 
 
 RESPONSES = ResponsesItems()

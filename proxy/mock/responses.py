@@ -12,7 +12,8 @@ belongs to; instructions, input and tools fit the model's window
 `previous_response_id` names a response this mock gave; a stored `prompt`
 or the previous response may stand for the input. A last user message
 containing "call tool NAME" gets a reasoning item and a call to NAME, one
-containing "search tools" a client-executed tool search; a last
+containing "search tools" a client-executed tool search, as does one calling a
+deferred function no tool search output in the input loaded; a last
 function output or user message gets the voice's answer to it. Streams carry
 OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
 """
@@ -207,13 +208,43 @@ def validate(
 SEARCHING = re.compile(r"search tools", re.IGNORECASE)
 
 
-def output_for(items: list[Json], digest: str, voice: Voice) -> list[Json]:
-    """The output items answering the input's last item."""
+def deferred(tools: Any) -> set[str]:
+    """The names of the functions `tools` defers (`defer_loading`), a namespace's included."""
+    names: set[str] = set()
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict):
+            names |= deferred(tool.get("tools"))
+            if tool.get("defer_loading") is True and isinstance(tool.get("name"), str):
+                names.add(tool["name"])
+    return names
+
+
+def loaded(items: list[Json]) -> set[str]:
+    """The functions the input's tool search outputs load, a namespace's included."""
+    names: set[str] = set()
+    for item in items:
+        if item.get("type") == SEARCHED:
+            for tool in item.get("tools") or ():
+                inner = tool.get("tools") if isinstance(tool, dict) else None
+                for t in inner if isinstance(inner, list) else [tool]:
+                    if isinstance(t, dict) and isinstance(t.get("name"), str):
+                        names.add(t["name"])
+    return names
+
+
+def output_for(
+    items: list[Json], digest: str, voice: Voice, tools: Any = None, chained: bool = False
+) -> list[Json]:
+    """The output items answering the input's last item. A deferred function of `tools` that
+    no output in the input (`chained`: or in the responses before it) loaded is not
+    available to the model (OpenAI's tool search guide), so it searches instead."""
     last = items[-1] if items else {"type": "none"}
     kind = last.get("type", "message")
     if kind == "message" and last.get("role") == "user":
         text = text_of(last.get("content"))
-        if SEARCHING.search(text):
+        name = tool_name(text)
+        unloaded = name in deferred(tools) - loaded(items) and not chained
+        if SEARCHING.search(text) or unloaded:
             return [
                 {
                     "id": f"ts_{digest}",
@@ -224,7 +255,6 @@ def output_for(items: list[Json], digest: str, voice: Voice) -> list[Json]:
                     "arguments": {"query": text},
                 }
             ]
-        name = tool_name(text)
         if name:
             return [
                 {

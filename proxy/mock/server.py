@@ -267,7 +267,8 @@ class MockUpstream:
             texts = [chat.text_of(i.get("content")) for i in items]
             output = [responses.message(digest, self.voice.summary(texts))]
         else:
-            output = responses.output_for(items, digest, self.voice)
+            chained = body.get("previous_response_id") is not None
+            output = responses.output_for(items, digest, self.voice, body.get("tools"), chained)
         model = str(body["model"])
         prompt = self._tokens(model, items)
         completion = max(1, math.ceil(len(json.dumps(output)) / 4))

@@ -38,6 +38,9 @@ from .types import (
 SUMMARY_HEADER = "Summary of the earlier conversation:"
 # The state's key for what carries the tools dropped spans loaded, forwarded after the summary.
 LOADED = "loaded"
+# The share of the limit what is carried may take before the loaders no call of the tail
+# needs are let go, oldest first (the model searches again for a tool it wants back).
+CARRIED_SHARE = 0.25
 
 
 def loaded(state: ReductionState) -> tuple[Message, ...]:
@@ -159,7 +162,7 @@ def finish(
     found = set(kinds)
     if selected is not None and not isinstance(selected, range):
         selected = list(selected)  # read again when the request is finished again
-    carried = loaded(ctx.state) if carried is None else carried
+    carried = _shed(ctx, loaded(ctx.state)) if carried is None else carried
     head = ctx.head(blocks, carried)
     cut = _Cut(ctx, head, ctx.tokens(head), found, fit, cut_kind, cut_to)
     suffix = _suffix(ctx, pieces, selected, mandatory)
@@ -194,7 +197,7 @@ def finish(
         standing = blocks or ctx.state.tail_start + dropped > 0
         found.add("reused" if standing else "none")
     extra = ctx.state.extra if extra is None else extra
-    if carried:
+    if carried or LOADED in extra:
         extra = {**extra, LOADED: list(carried)}
     state = ReductionState(
         tail_start=ctx.state.tail_start + dropped,
@@ -210,6 +213,28 @@ def finish(
         summary_requests=tuple(requests),
         tail=ctx.tail,
     )
+
+
+def _shed(ctx: Context, carried: Sequence[Message]) -> Sequence[Message]:
+    """What earlier cuts carried, less its oldest loaders (two items each, `Dialect.loaders`)
+    whose tools no call of the tail names, while it takes over `CARRIED_SHARE` of the limit,
+    when the model searches again for a tool let go (`Dialect.searches_again`). Only what
+    earlier turns carried: a loader this cut adds is let go on a later turn."""
+    dialect = ctx.policy.dialect
+    if not dialect.searches_again:
+        return carried
+    room, total = int(ctx.budget.limit * CARRIED_SHARE), ctx.tokens(carried)
+    if total <= room:
+        return carried
+    called = {name for m in ctx.working.tail for name in dialect.call_names(m).values()}
+    kept: list[Message] = []
+    for at in range(0, len(carried), 2):
+        pair = carried[at : at + 2]
+        if total > room and not dialect.loads(pair) & called:
+            total -= ctx.tokens(pair)
+        else:
+            kept += pair
+    return kept
 
 
 def _suffix(

@@ -37,7 +37,9 @@ as `[abs_start, abs_end, key, text]` (`key` hashes the raw messages, so a
 span whose messages changed is ignored; `text` None means the fallback
 dropped the middle) and `extra["cuts"]` holds `[abs_start, cap]` for cut
 units. A compressed middle is forwarded in place as an assistant message
-"[summary of N earlier messages] ...", which keeps the role sequence valid.
+"[summary of N earlier messages] ...", which keeps the role sequence valid,
+followed by the tool searches it held (`Dialect.loaders`), whose tools the
+topic's later calls may need.
 """
 
 from __future__ import annotations
@@ -141,10 +143,13 @@ class _View:
 
 
 def _note(messages: tuple[Message, ...], text: str | None, dialect: Dialect) -> Unit:
+    # The tool searches of the middle go on after its note: the topic's later calls of the
+    # tools they loaded are kept after it (`Dialect.loaders`).
+    tools = tuple(dialect.loaders(messages, ()))
     if text is None:
-        return Unit(messages, (), dialect=dialect)
+        return Unit(messages, tools, dialect=dialect)
     note = dialect.note(f"[summary of {len(messages)} earlier messages] {text}")
-    return Unit(messages, (note,), dialect=dialect)
+    return Unit(messages, (note, *tools), dialect=dialect)
 
 
 def _rows(extra: Mapping[str, Any], key: str, width: int) -> list[Sequence[Any]]:
@@ -207,7 +212,7 @@ def reduce_tiered(ctx: Context) -> Reduction:
     view = _view(ctx)
     blocks = ctx.state.summaries
     total = ctx.tokens(ctx.head(blocks)) + _tokens(ctx, view.pieces)
-    extra = _extra(ctx, view.spans, view.cuts, ctx.state.tail_start)
+    extra = _extra(ctx.state.extra, view.spans, view.cuts, ctx.state.tail_start)
     if total <= ctx.budget.limit:
         stored = bool(blocks or view.cuts or any(s[3] is not None for s in view.spans))
         return finish(
@@ -290,15 +295,17 @@ def _reduce(ctx: Context, view: _View) -> Reduction:
         requests=book.requests,
         cut_to=ctx.budget.limit,
     )
-    extra = _extra(ctx, spans, cuts, red.state.tail_start)
+    # On the state `finish` made: it holds the searches this cut carries (`layout.LOADED`).
+    extra = _extra(red.state.extra, spans, cuts, red.state.tail_start)
     return replace(red, state=replace(red.state, extra=extra))
 
 
 def _extra(
-    ctx: Context, spans: Sequence[list[Any]], cuts: Mapping[int, int], start: int
+    extra: Mapping[str, Any], spans: Sequence[list[Any]], cuts: Mapping[int, int], start: int
 ) -> dict[str, Any]:
-    """Strategy data for the next turn; what lies before `start` left the tail and is forgotten."""
-    rest = {k: v for k, v in ctx.state.extra.items() if k not in ("spans", "cuts", "summaries")}
+    """Strategy data for the next turn, on `extra`; what lies before `start` left the tail and
+    is forgotten."""
+    rest = {k: v for k, v in extra.items() if k not in ("spans", "cuts", "summaries")}
     return {
         **rest,
         "spans": [list(s) for s in sorted(spans, key=lambda s: int(s[0])) if s[0] >= start],
