@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ def test_a_header_is_a_dated_line_or_bracket_and_reads_as_written(text: str, wri
 @pytest.mark.parametrize("text", NOT_HEADERS)
 def test_a_date_inside_a_sentence_is_news_not_a_header(text: str) -> None:
     assert header(text) == ""
+
+
+def test_a_clock_before_a_long_run_of_spaces_is_read_in_linear_time() -> None:
+    """A line opening with a clock and then padding (a pasted table) is read once: the
+    regex tried every split of the spaces, for minutes on a long run."""
+    text = "12:30" + " " * 100_000 + "x\n" + "(8 May 2023) hi"
+    started = time.perf_counter()
+    assert header(text) == "8 May 2023"
+    assert time.perf_counter() - started < 10
 
 
 STYLES = ("({d} {m} {y}) ", "[{m} {d}, {y}] ", "({t} on {d} {m}, {y}) ", "{wd}, {d} {m} {y}. ")

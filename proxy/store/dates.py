@@ -39,7 +39,9 @@ _DATE = (
     rf"|{_YEAR}-[01]\d-[0-3]\d)"
 )
 _WEEKDAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*\.?,?"
-_CLOCK = r"\d{1,2}[:.]\d\d\s*(?:[ap]\.?m\.?)?(?:\s+on)?,?"
+# The space before "pm" is inside its optional group: a run of spaces after a clock is
+# then read one way only, not split between this and the space after it, in every way.
+_CLOCK = r"\d{1,2}[:.]\d\d(?:\s*[ap]\.?m\.?)?(?:\s+on)?,?"
 # What may stand before the date in a header: a weekday, a clock time, a sitting's number.
 _LEAD = rf"(?:Session\s+\d+\W{{0,3}}\s*)?(?:{_WEEKDAY}\s+)?(?:{_CLOCK}\s+)?"
 HEADER = re.compile(
