@@ -33,6 +33,8 @@ HEADERS = [
     ("2023-05-08\nWhat's new?", "2023-05-08"),
     ("[Tuesday, 12 Sept 2023, 10:00] ok", "12 Sept 2023"),
     ("=== 4 March 2022 ===\nhello\n[5 March 2022]", "5 March 2022"),
+    ("Thurs, 4 May 2023: hi", "4 May 2023"),
+    ("(8 May 2023) the log:\n```\n[2021-03-04 10:00:01] ERROR\n```", "8 May 2023"),
 ]
 NOT_HEADERS = [
     "My flight is on June 3, 2024, finally.",
@@ -41,6 +43,8 @@ NOT_HEADERS = [
     "(see May) and 2023",
     "We met in May 2023.",
     "",
+    "Sunshine 8 May 2023 was the best day.",
+    "The log:\n```\n[2021-03-04 10:00:01] ERROR boom\n2021-03-04 retry\n```\nwhy?",
 ]
 
 

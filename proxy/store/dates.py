@@ -38,7 +38,11 @@ _DATE = (
     rf"|(?:{_MONTHS})\.?\s+{_DAY},?\s+{_YEAR}"
     rf"|{_YEAR}-[01]\d-[0-3]\d)"
 )
-_WEEKDAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*\.?,?"
+# A weekday's name or its abbreviation, not any word it opens ("Sunshine", "Monitor").
+_WEEKDAY = (
+    r"(?:Mon(?:day)?|Tue(?:s(?:day)?)?|Wed(?:nesday)?|Thu(?:rs?(?:day)?)?|Fri(?:day)?"
+    r"|Sat(?:urday)?|Sun(?:day)?)\b\.?,?"
+)
 # The space before "pm" is inside its optional group: a run of spaces after a clock is
 # then read one way only, not split between this and the space after it, in every way.
 _CLOCK = r"\d{1,2}[:.]\d\d(?:\s*[ap]\.?m\.?)?(?:\s+on)?,?"
@@ -49,6 +53,8 @@ HEADER = re.compile(
     rf"|^[^\w\n]*{_LEAD}(?P<opening>{_DATE})\b",
     re.IGNORECASE | re.MULTILINE,
 )
+# Fenced code (a pasted log, a script) writes its own dates, not the chat's.
+_CODE = re.compile(r"^[ \t]*```.*?(?:^[ \t]*```|\Z)", re.MULTILINE | re.DOTALL)
 # A conversation's headers, found as its messages are indexed: few rows (one a
 # sitting), read by seq. The search index is a cache of the archive, and so is this.
 CREATE = """
@@ -65,7 +71,7 @@ CREATE = """
 def header(text: str) -> str:
     """The last date `text` writes as a header, as written; "" when it writes none."""
     found = ""
-    for match in HEADER.finditer(text):
+    for match in HEADER.finditer(_CODE.sub("", text)):
         found = match.group("bracketed") or match.group("opening")
     return " ".join(found.split())
 
