@@ -126,7 +126,11 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("s002_kept_summaries", KEPT_SUMMARIES_TABLE),
     ("s003_search_dates", dates.CREATE),
     ("s004_forget_dates", FORGET_DATES),
-    ("s005_reindex", "DELETE FROM message_search"),
+    # Dropped and made again, not emptied: FTS5 deletes row by row, reading each row's
+    # words back, which holds the write lock past other processes' busy timeout.
+    ("s005_reindex", "DROP TABLE message_search"),
+    ("s005_reindex_table", search.CREATE_INDEX),
+    ("s005_reindex_rank", search.SET_RANK),
     ("s006_reindex_progress", "DELETE FROM search_progress"),
 )
 
