@@ -35,6 +35,8 @@ HEADERS = [
     ("=== 4 March 2022 ===\nhello\n[5 March 2022]", "5 March 2022"),
     ("Thurs, 4 May 2023: hi", "4 May 2023"),
     ("(8 May 2023) the log:\n```\n[2021-03-04 10:00:01] ERROR\n```", "8 May 2023"),
+    ("Caroline: (8 May 2023) hey", "8 May 2023"),
+    ("(8 May 2023) Hey! My flight is booked (June 3, 2024).", "8 May 2023"),
 ]
 NOT_HEADERS = [
     "My flight is on June 3, 2024, finally.",
@@ -45,6 +47,12 @@ NOT_HEADERS = [
     "",
     "Sunshine 8 May 2023 was the best day.",
     "The log:\n```\n[2021-03-04 10:00:01] ERROR boom\n2021-03-04 retry\n```\nwhy?",
+    "[2021-03-04 10:00:01] ERROR boom",
+    "- 3 May 2021 moved to Berlin",
+    "8 May 2023 was the best day.",
+    "See [release 2022-02-02](https://example.com/r) for the notes.",
+    "[release 2022-02-02](https://example.com/r)",
+    "My flight is booked (June 3, 2024).",
 ]
 
 

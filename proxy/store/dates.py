@@ -7,12 +7,14 @@ is a different message, so a model asked "when did she go?" reads the statement
 and cannot say. Each hit is given the date of the latest header at or before it,
 as written (`SearchHit.dated`).
 
-A header is a date with its year, in brackets or parentheses anywhere in a
-user's or assistant's message, or opening one of its lines (after a weekday, a
-clock time, "Session 3"): a date in a sentence ("my flight is on June 3, 2024")
-is news, not when the chat took place, and a tool's output is not the chat's. A
-header dates what follows it until the next one, so a chat dated once is dated
-by that once for good.
+A header is a date with its year (English month names, or ISO) in a user's or
+assistant's message: in a bracket that opens a line (past a speaker's label) or
+closes it, or opening a line (after a weekday, a clock time, "Session 3") with
+no word after it. A date in a sentence ("my flight is on June 3, 2024", "(June 3,
+2024)."), a list's line ("- 3 May 2021 moved"), a link's text, a log line's stamp
+or fenced code is news, not when the chat took place, and a tool's output is not
+the chat's. A header dates what follows it until the next one, so a chat dated
+once is dated by that once for good.
 
 Headers are noted as the search index takes the messages in (`proxy.store.search`
 calls `add`), in a table beside it: a lookup is one indexed read a quoted message.
@@ -48,9 +50,24 @@ _WEEKDAY = (
 _CLOCK = r"\d{1,2}[:.]\d\d(?:\s*[ap]\.?m\.?)?(?:\s+on)?,?"
 # What may stand before the date in a header: a weekday, a clock time, a sitting's number.
 _LEAD = rf"(?:Session\s+\d+\W{{0,3}}\s*)?(?:{_WEEKDAY}\s+)?(?:{_CLOCK}\s+)?"
+# A speaker's label before a line's header ("Caroline: (8 May 2023) Hi!").
+_LABEL = r"(?:\w[\w .'-]{0,30}?:\s+)?"
+
+
+def _bracket(group: str) -> str:
+    # Not a log line's stamp (seconds in it) nor a link's text ("[release 2022-02-02](url)").
+    return (
+        rf"[(\[](?![^()\[\]\n]{{0,60}}?\d:\d\d:\d\d)[^()\[\]\n]{{0,40}}?\b(?P<{group}>{_DATE})\b"
+        rf"[^()\[\]\n]{{0,20}}[)\]](?!\()"
+    )
+
+
+# A bracket opening a line (past a speaker's label) or closing it, or a date opening a
+# line that no word follows: a sitting's header, not a date inside a sentence.
 HEADER = re.compile(
-    rf"[(\[][^()\[\]\n]{{0,40}}?\b(?P<bracketed>{_DATE})\b[^()\[\]\n]{{0,20}}[)\]]"
-    rf"|^[^\w\n]*{_LEAD}(?P<opening>{_DATE})\b",
+    rf"^[^\w\n]*{_LABEL}{_bracket('opens')}"
+    rf"|{_bracket('closes')}[^\S\n]*$"
+    rf"|^[^\w\n]*{_LEAD}(?P<leads>{_DATE})\b(?![^\S\n]*\w)",
     re.IGNORECASE | re.MULTILINE,
 )
 # Fenced code (a pasted log, a script) writes its own dates, not the chat's.
@@ -72,7 +89,7 @@ def header(text: str) -> str:
     """The last date `text` writes as a header, as written; "" when it writes none."""
     found = ""
     for match in HEADER.finditer(_CODE.sub("", text)):
-        found = match.group("bracketed") or match.group("opening")
+        found = match.group("opens") or match.group("closes") or match.group("leads")
     return " ".join(found.split())
 
 
@@ -87,6 +104,7 @@ def add(db: sqlite3.Connection, conv: int, said: Iterable[tuple[int, str, str]])
 
 
 def forget(db: sqlite3.Connection, conv: int) -> None:
+    """Drop the conversation's headers (with its index rows: `search.forget`)."""
     db.execute("DELETE FROM search_dates WHERE conversation_id = ?", (conv,))
 
 
