@@ -53,6 +53,7 @@ NOT_HEADERS = [
     "See [release 2022-02-02](https://example.com/r) for the notes.",
     "[release 2022-02-02](https://example.com/r)",
     "My flight is booked (June 3, 2024).",
+    "My flight is booked (June 3, 2024)",
 ]
 
 

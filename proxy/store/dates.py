@@ -8,13 +8,13 @@ and cannot say. Each hit is given the date of the latest header at or before it,
 as written (`SearchHit.dated`).
 
 A header is a date with its year (English month names, or ISO) in a user's or
-assistant's message: in a bracket that opens a line (past a speaker's label) or
-closes it, or opening a line (after a weekday, a clock time, "Session 3") with
-no word after it. A date in a sentence ("my flight is on June 3, 2024", "(June 3,
-2024)."), a list's line ("- 3 May 2021 moved"), a link's text, a log line's stamp
-or fenced code is news, not when the chat took place, and a tool's output is not
-the chat's. A header dates what follows it until the next one, so a chat dated
-once is dated by that once for good.
+assistant's message: in a bracket that opens a line (past a speaker's label), a
+square one that closes it, or opening a line (after a weekday, a clock time,
+"Session 3") with no word after it. A date in a sentence ("my flight is on June 3,
+2024", "booked (June 3, 2024)"), a list's line ("- 3 May 2021 moved"), a link's
+text, a log line's stamp or fenced code is news, not when the chat took place, and a
+tool's output is not the chat's. A header dates what follows it until the next one,
+so a chat dated once is dated by that once for good.
 
 Headers are noted as the search index takes the messages in (`proxy.store.search`
 calls `add`), in a table beside it: a lookup is one indexed read a quoted message.
@@ -54,19 +54,21 @@ _LEAD = rf"(?:Session\s+\d+\W{{0,3}}\s*)?(?:{_WEEKDAY}\s+)?(?:{_CLOCK}\s+)?"
 _LABEL = r"(?:\w[\w .'-]{0,30}?:\s+)?"
 
 
-def _bracket(group: str) -> str:
+def _bracket(group: str, opening: str = r"[(\[]", closing: str = r"[)\]]") -> str:
     # Not a log line's stamp (seconds in it) nor a link's text ("[release 2022-02-02](url)").
     return (
-        rf"[(\[](?![^()\[\]\n]{{0,60}}?\d:\d\d:\d\d)[^()\[\]\n]{{0,40}}?\b(?P<{group}>{_DATE})\b"
-        rf"[^()\[\]\n]{{0,20}}[)\]](?!\()"
+        rf"{opening}(?![^()\[\]\n]{{0,60}}?\d:\d\d:\d\d)[^()\[\]\n]{{0,40}}?"
+        rf"\b(?P<{group}>{_DATE})\b[^()\[\]\n]{{0,20}}{closing}(?!\()"
     )
 
 
-# A bracket opening a line (past a speaker's label) or closing it, or a date opening a
-# line that no word follows: a sitting's header, not a date inside a sentence.
+# A bracket opening a line (past a speaker's label), a square one closing it (a
+# sentence ends in an aside, "booked (June 3, 2024)"), or a date opening a line that no
+# word follows: a sitting's header, not a date inside a sentence.
+_SQUARE = _bracket("closes", opening=r"\[", closing=r"\]")
 HEADER = re.compile(
     rf"^[^\w\n]*{_LABEL}{_bracket('opens')}"
-    rf"|{_bracket('closes')}[^\S\n]*$"
+    rf"|{_SQUARE}[^\S\n]*$"
     rf"|^[^\w\n]*{_LEAD}(?P<leads>{_DATE})\b(?![^\S\n]*\w)",
     re.IGNORECASE | re.MULTILINE,
 )
