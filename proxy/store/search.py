@@ -35,7 +35,7 @@ from proxy.blocks import holds_results
 from proxy.messages import Message, role, text_of
 from proxy.store import dates, relevance
 from proxy.store.base import SearchHit, StoreError
-from proxy.store.replies import Replies, whole
+from proxy.store.replies import REPLIED, Replies, whole
 
 MAX_WORDS = 16
 # Messages holding a relation ("sister") read for the names it is called by.
@@ -202,17 +202,21 @@ def search(
         (query, orjson.dumps(eligible).decode(), limit),
     ).fetchall()
     # FTS5's bm25() is lower-is-better; hits report higher-is-better. What the model
-    # reads already needs no reply, nor counts among the replied.
+    # reads already needs no reply nor date, nor counts among the replied; only the best
+    # `REPLIED` others may be quoted, and the rest are only compared.
     followed = Replies(db, tag, within)
     hits: list[SearchHit] = []
-    replied = 0
+    quotable: list[int] = []
     for rowid, s, t, r, b, x in rows:
         hit = SearchHit(int(s), int(t), str(r), str(b).strip(), -float(x))
-        if hit.text not in forwarded:
-            replies = followed.of(rowid, hit, replied)
-            hit, replied = dataclasses.replace(hit, replies=replies), replied + 1
+        if hit.text not in forwarded and len(quotable) < REPLIED:
+            hit = dataclasses.replace(hit, replies=followed.of(rowid, hit, len(quotable)))
+            quotable.append(len(hits))
         hits.append(hit)
-    return dates.dated(db, conv, hits, within)
+    found = dates.dated(db, conv, [hits[i] for i in quotable], within)
+    for at, hit in zip(quotable, found, strict=True):
+        hits[at] = hit
+    return hits
 
 
 def _grouped(words: Sequence[str | tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
