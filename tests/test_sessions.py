@@ -28,7 +28,7 @@ from proxy.outcome import Outcome
 from proxy.reduction.types import Reduction
 from proxy.store import ArchiveEntry, ConvKey, SqliteStore
 from proxy.turn.commit import _branch
-from proxy.turn.sessions import HASH_BYTES, OVERHEAD, Branch, Recalled, Sessions
+from proxy.turn.sessions import HASH_BYTES, OVERHEAD, Branch, Recalled, Sessions, Unwritten
 from proxy.turn.state import SnapshotState
 
 from .factories import system, user
@@ -48,7 +48,7 @@ def known(size: int) -> Known:
 KEYS = [ConvKey("t", f"c{i}") for i in range(5)]
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["remember", "recalled", "advance", "forget"]),
+        st.sampled_from(["remember", "recalled", "advance", "unwritten", "take", "forget"]),
         st.sampled_from(KEYS),
         st.integers(0, 3),
         st.integers(0, 3000),
@@ -71,9 +71,17 @@ def test_sessions_stay_bounded_and_forget_leaves_nothing(steps: list[Any]) -> No
             branch.stretch = (n, 0)
             sessions.advance(key, branch, f"head{n + 1}")
             sessions.prepared(key, branch, {"span": "s" * size}, {"span": 1})
+        elif op == "unwritten":
+            sessions.unwritten(key, Unwritten(_written, size))
+        elif op == "take":
+            before = sessions.get(key)
+            kept = before.unwritten if before is not None else None
+            assert sessions.take_unwritten(key) is kept
+            assert sessions.take_unwritten(key) is None  # taken once
         else:
             sessions.forget(key)
             assert not sessions.holds(key)
+            assert sessions.take_unwritten(key) is None
         held = [s for k in KEYS if (s := sessions.get(k)) is not None]
         assert sum(s.weight for s in held) <= 8000
         for k in KEYS:
@@ -85,6 +93,10 @@ def test_sessions_stay_bounded_and_forget_leaves_nothing(steps: list[Any]) -> No
             for n2 in range(4):
                 found = sessions.opened_by((k.conversation, n2))
                 assert found is None or found in sessions
+
+
+async def _written() -> bool:
+    return True
 
 
 def test_a_branch_follows_its_turns_and_the_oldest_branches_go() -> None:
@@ -131,7 +143,10 @@ def test_weight_counts_what_a_session_holds() -> None:
     assert session is not None and session.weight == OVERHEAD + 1000 + 300 + 50
     sessions.answered(key, "resp_1", "h9", frozenset(f"h{i}" for i in range(10)))
     assert session.weight == OVERHEAD + 1000 + 300 + 50 + 10 * HASH_BYTES
+    sessions.unwritten(key, Unwritten(_written, 700))
+    assert session.weight == OVERHEAD + 1000 + 300 + 50 + 10 * HASH_BYTES + 700
     sessions.forget(key)
+    assert sessions.take_unwritten(key) is None
     assert sessions.lineage(key, "h9") == frozenset()
 
 

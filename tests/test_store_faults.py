@@ -33,12 +33,13 @@ HEADERS = {"Authorization": "Bearer sk-faults", "X-Conversation-Id": "kept"}
 
 
 @contextlib.contextmanager
-def proxy(db: Path) -> Iterator[TestClient]:
+def proxy(db: Path, **env: str) -> Iterator[TestClient]:
     upstream = MockUpstream()
     settings = load_settings(
         env={
             "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
             "CONTEXT_PROXY_STORE_PATH": str(db),
+            **env,
         }
     )
     app = create_app(settings, transport=httpx.ASGITransport(upstream.app))
@@ -46,8 +47,11 @@ def proxy(db: Path) -> Iterator[TestClient]:
         yield client
 
 
-def turn(client: TestClient, text: str, *, append: bool = False) -> httpx.Response:
-    headers = {**HEADERS, **({"X-Context-Mode": "append"} if append else {})}
+def turn(
+    client: TestClient, text: str, *, append: bool = False, conversation: str = "kept"
+) -> httpx.Response:
+    headers = {**HEADERS, "X-Conversation-Id": conversation}
+    headers |= {"X-Context-Mode": "append"} if append else {}
     body: dict[str, Any] = {"model": "gpt-4o", "messages": [{"role": "user", "content": text}]}
     return client.post(CHAT, json=body, headers=headers)
 
@@ -489,3 +493,79 @@ def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(
     assert full.status_code == 503 and "writes fail" in full.json()["problem"]
     assert kinds[4] == "none"
     assert kept[0] == "first" and kept[-1] == "kept again"
+
+
+def test_an_append_turn_a_full_disk_refused_is_written_once_it_has_room(small_disk: Path) -> None:
+    with served(small_disk / "store.db") as (api, url):
+        assert said(api, [], "first") == "none"  # a full-history turn starts the chat
+        appending = api.with_options(
+            default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
+        )
+        filler = fill(small_disk)
+        big = "big " * 20_000
+        said(appending, [], big)  # answered; the file takes nothing
+        with pytest.raises(openai.APIStatusError) as refused:
+            said(appending, [], "while full")
+        filler.unlink()
+        # An app that only appends continues once the disk has room, and its history
+        # holds the turn answered while it had none.
+        said(appending, [], "room again")
+        kept = archived(url)
+
+    assert refused.value.status_code == 503
+    assert kept == ["first", big, "room again"]
+
+
+def test_append_turns_try_the_store_again_after_the_backoff_of_a_failed_write(
+    small_disk: Path,
+) -> None:
+    with proxy(small_disk / "store.db", CONTEXT_PROXY_STORE_BACKOFF_S="1") as client:
+        assert turn(client, "first", conversation="other").status_code == 200
+        filler = fill(small_disk)
+        assert turn(client, "word " * 20_000).status_code == 200  # its write fails
+        failed = client.get("/healthz")
+        filler.unlink()
+        time.sleep(1.5)  # past the back-off, which only a write could end before
+        # The conversation whose turn failed never comes back: another one that
+        # only appends is served again once the disk has room.
+        appended = turn(client, "room again", append=True, conversation="other")
+        healed = client.get("/healthz")
+
+    assert failed.status_code == 503 and "writes fail" in failed.json()["problem"]
+    assert appended.status_code == 200, appended.text
+    assert healed.status_code == 200
+
+
+def test_a_streamed_append_turn_a_full_redis_refused_is_written_once_it_has_room(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import redis
+
+    from .servers import run_server
+
+    url, _ = stoppable_redis
+    admin = redis.Redis.from_url(url)
+
+    def streamed(api: openai.OpenAI, text: str) -> str:
+        messages: Any = [{"role": "user", "content": text}]
+        stream = api.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
+        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
+        assert said(api.with_options(default_headers={"X-Conversation-Id": "kept"}), [], "first")
+        api = api.with_options(
+            default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
+        )
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        answered = streamed(api, "answered on a full Redis")
+        with pytest.raises(openai.APIStatusError) as refused:
+            streamed(api, "refused on a full Redis")
+        admin.config_set("maxmemory", 0)
+        streamed(api, "room again")
+        kept = archived(proxy_url)
+    admin.close()
+
+    assert answered
+    assert refused.value.status_code == 503
+    assert kept == ["first", "answered on a full Redis", "room again"]

@@ -70,7 +70,8 @@ def open_store(
     connects lazily: `await store.ping()` at start-up to fail fast.
     `max_conversations` bounds the memory backend only. `read_only` (SQLite
     only) opens a file for looking: no migration, no expiry, no write.
-    `backoff_s` (Redis only): how long Redis is skipped after a call times out.
+    `backoff_s`: how long a failed write refuses append turns (and Redis is skipped
+    after a call times out).
     """
     if backend == "memory":
         return MemoryStore(
@@ -78,7 +79,12 @@ def open_store(
         )
     if backend == "sqlite":
         return SqliteStore(
-            path, ttl_s=ttl_s, max_snapshots=max_snapshots, now=now, read_only=read_only
+            path,
+            ttl_s=ttl_s,
+            max_snapshots=max_snapshots,
+            now=now,
+            read_only=read_only,
+            backoff_s=backoff_s,
         )
     if backend == "redis":
         # Imported here: redis is an optional extra, needed only by this backend.

@@ -2,7 +2,9 @@
 
 What a turn writes is decided by `proxy.outcome` (pure); this stage writes
 it, rebases an append-mode turn that lost a race to another replica, and
-then starts the turn's background work.
+then starts the turn's background work. An append-mode turn the store
+refuses is kept in its session and written before the conversation's next
+turn: its client sends only what is new, so the turn exists nowhere else.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import time
 from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ..blocks import continued
 from ..messages import Message, digest
 from ..outcome import MAX_REBASES, Outcome, rebase, turn_commit
 from ..store import ArchiveEntry, Conflict, StoreError
 from .background import embed_next, prepare_next
+from .sessions import Unwritten
 
 if TYPE_CHECKING:
     from ..context import AppContext
@@ -28,14 +33,28 @@ log = logging.getLogger("context_proxy.chat")
 
 async def commit(
     ctx: AppContext, outcome: Outcome, answer: Sequence[Message], answer_id: str | None = None
-) -> None:
+) -> bool:
     """Store the completed turn; in append mode, rebase onto turns other replicas committed.
 
     `answer_id` names the answer where a client may chain a request to it.
+    True: nothing is left to write (a full-history turn's write may still be
+    queued); False: the store refused it, and an append-mode turn is kept in
+    its session to write before the conversation's next turn.
     """
     if ctx.sessions.forgotten_since(outcome.key, outcome.began):
         log.info("turn of %s not stored: deleted while it ran", outcome.key.conversation)
-        return
+        return True
+    written = await _commit(ctx, outcome, answer, answer_id)
+    if not written and outcome.version is not None:
+        retry = functools.partial(commit, ctx, outcome, answer, answer_id)
+        ctx.sessions.unwritten(outcome.key, Unwritten(retry, _size(outcome, answer)))
+        log.warning("turn of %s kept to write before its next turn", outcome.key.conversation)
+    return written
+
+
+async def _commit(
+    ctx: AppContext, outcome: Outcome, answer: Sequence[Message], answer_id: str | None
+) -> bool:
     if outcome.prefill is not None:  # the client keeps its prefill and the answer as one
         answer = continued(outcome.prefill, answer)
     digests = [digest(m) for m in answer]  # once, whatever the rebases
@@ -66,7 +85,7 @@ async def commit(
                 # its answers do not wait. `wait` neither raises the write's error
                 # (`_written` reports it) nor cancels the write when the client leaves.
                 await asyncio.wait((written,))
-            return
+            return True
         except Conflict:
             try:
                 latest = await ctx.store.latest(outcome.key)
@@ -78,9 +97,15 @@ async def commit(
         except StoreError as exc:
             ctx.metrics.store_errors.labels("commit").inc()
             log.error("could not store turn of %s: %s", outcome.key.conversation, exc)
-            return
+            return False
     ctx.metrics.store_errors.labels("commit").inc()
     log.error("could not store turn of %s: too many concurrent turns", outcome.key.conversation)
+    return False
+
+
+def _size(outcome: Outcome, answer: Sequence[Message]) -> int:
+    """Roughly the bytes a kept turn holds: its history and its answer."""
+    return len(orjson.dumps([*outcome.turn.history, *answer]))
 
 
 def _branch(outcome: Outcome, archived: Sequence[ArchiveEntry]) -> tuple[Set[str], list[str]]:

@@ -4,12 +4,14 @@ In append mode the stored working history is the history, and the request
 carries only the new messages. In full-history mode the request's chain
 hashes find the longest stored snapshot it extends (a store that cannot be
 reached, or is failing to keep what it is given, makes the turn stateless,
-never a failed request). Either way the
-result is a `Loaded` turn with every message's token count at hand.
+never a failed request). An append-mode turn first writes the conversation's
+turn the store refused last time (see `turn.commit`). Either way the result
+is a `Loaded` turn with every message's token count at hand.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,13 @@ async def _append(
         type="server_error",
         code="store_unavailable",
     )
+    # The conversation's last turn, answered while the store refused it, goes first:
+    # this turn builds on it. Its write is also what tells that the store heals, and
+    # it runs to its end if this request is cut (a failed one keeps the turn again).
+    kept = ctx.sessions.take_unwritten(key) if chained is None else None
+    if kept is not None and not await asyncio.shield(kept.write()):
+        log.warning("append turn of %s refused: its last turn is still unwritten", key.conversation)
+        raise unavailable
     # A chained turn's `continued` asked already, and passes the request through.
     problem = ctx.store.problem() if chained is None else None
     if problem is not None:

@@ -14,7 +14,9 @@ its `Session`:
   that answer's branch, which the continuing turn's recall keeps to;
 - `answer`: the digest of the last message its latest stored turn ends with,
   so that a request resending it but extending no snapshot (a client that
-  trims its history) is looked for in the store (see `turn.load`).
+  trims its history) is looked for in the store (see `turn.load`);
+- `unwritten`: an append-mode turn that was answered but that the store
+  refused, written before the conversation's next turn (see `turn.commit`).
 
 Sessions are bounded together, by roughly the bytes they hold, and dropped
 least recently used first. `forget(key)` drops one at once: after it,
@@ -28,8 +30,9 @@ continue their own branch, so one's preparation never replaces the other's.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Hashable, Iterable, Set
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Set
 from dataclasses import dataclass, field
 
 from cachetools import LRUCache
@@ -37,6 +40,8 @@ from cachetools import LRUCache
 from ..fastpath.known import Known
 from ..store import ConvKey
 from .state import SnapshotState
+
+log = logging.getLogger("context_proxy.chat")
 
 # Bytes all sessions may hold (their remembered requests dominate).
 SESSION_BYTES = 64 * 1024 * 1024
@@ -82,6 +87,15 @@ class Recalled:
 
 
 @dataclass(slots=True, eq=False)
+class Unwritten:
+    """An append-mode turn answered but not written: `write` tries again (True: written;
+    False: kept again); `size` is roughly the bytes it holds."""
+
+    write: Callable[[], Awaitable[bool]]
+    size: int
+
+
+@dataclass(slots=True, eq=False)
 class Session:
     known: Known | None = None
     branches: dict[str, Branch] = field(default_factory=dict)
@@ -90,6 +104,7 @@ class Session:
     response: tuple[str, str] | None = None  # the latest answer's id and chain hash
     lineage: set[str] = field(default_factory=set)  # that answer's branch (derived ids only)
     answer: bytes | None = None  # the digest of the latest stored turn's last message
+    unwritten: Unwritten | None = None
 
     @property
     def weight(self) -> int:
@@ -97,6 +112,7 @@ class Session:
         held += HASH_BYTES * len(self.lineage)
         held += sum(len(t) for b in self.branches.values() for t in b.texts.values())
         held += len(self.recalled.block) if self.recalled is not None else 0
+        held += self.unwritten.size if self.unwritten is not None else 0
         return OVERHEAD + held
 
 
@@ -110,11 +126,19 @@ class _Bounded(LRUCache[ConvKey, Session]):
     def popitem(self) -> tuple[ConvKey, Session]:
         key, session = super().popitem()
         _unlink(self._openings, key, session.openings)
+        _lost(key, session)
         return key, session
 
 
 def _weight(session: Session) -> int:
     return session.weight
+
+
+def _lost(key: ConvKey, session: Session) -> None:
+    if session.unwritten is not None:
+        log.error(
+            "turn of %s not stored: dropped from memory before the store took it", key.conversation
+        )
 
 
 def _unlink(openings: LRUCache[Hashable, ConvKey], key: ConvKey, marks: Iterable[Hashable]) -> None:
@@ -274,6 +298,21 @@ class Sessions:
         session.recalled = recalled
         self._store(key, session)
 
+    def unwritten(self, key: ConvKey, turn: Unwritten) -> None:
+        """Keep an append-mode turn the store refused, to write before the next one."""
+        session = self._sessions.get(key) or Session()
+        session.unwritten = turn
+        self._store(key, session)
+
+    def take_unwritten(self, key: ConvKey) -> Unwritten | None:
+        """The conversation's turn kept unwritten, if any, no longer kept."""
+        session = self._sessions.get(key)
+        if session is None or session.unwritten is None:
+            return None
+        turn, session.unwritten = session.unwritten, None
+        self._store(key, session)
+        return turn
+
     def forget(self, key: ConvKey, *, deleted: bool = True) -> None:
         """Drop everything this process keeps of the conversation; `deleted` (the store's
         copy goes too) marks its turns under way as not to be stored."""
@@ -296,4 +335,5 @@ class Sessions:
         if session.weight <= self._sessions.maxsize:
             self._sessions[key] = session  # (re)computes its weight
         else:  # grown past the whole bound: kept, it would break it
+            _lost(key, session)
             self.forget(key, deleted=False)

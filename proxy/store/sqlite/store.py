@@ -73,8 +73,10 @@ class SqliteStore(indexed.Searchable):
         busy_timeout_s: float = 5.0,
         now: Callable[[], float] = time.time,
         read_only: bool = False,
+        backoff_s: float = 30.0,
     ) -> None:
         self.path = path
+        self._backoff_s = backoff_s
         self._read_only = read_only
         self._ttl_s = 0 if read_only else ttl_s
         self._max_snapshots = max(1, max_snapshots)
@@ -169,8 +171,9 @@ class SqliteStore(indexed.Searchable):
 
     def problem(self) -> str | None:
         """Why turns cannot be written now; None while the file takes them."""
-        if self._writer.error is not None:
-            return f"writes fail: {self._writer.error}"
+        refusing = self._writer.refusing(self._backoff_s)
+        if refusing is not None:
+            return f"writes fail: {refusing}"
         if self._identity is None or self._read_only:
             return None
         return connections.file_problem(self.path, self._identity)

@@ -93,6 +93,7 @@ class Writer:
         self.path = path
         self.here = here
         self.error: str | None = None
+        self._failed_at = float("-inf")  # `time.monotonic()` of the last group that failed
         self._worker = worker
         self._executor = executor
         self._busy_timeout_s = busy_timeout_s
@@ -275,6 +276,14 @@ class Writer:
         if self.error is None:
             log.error("SQLite store %s cannot write turns: %s", self.path, exc)
         self.error = str(exc)
+        self._failed_at = time.monotonic()
+
+    def refusing(self, backoff_s: float) -> str | None:
+        """Why writes fail, for `backoff_s` after a group failed. Then a turn may try: only a
+        write tells that the file takes writes again (a disk that has room, say)."""
+        if self.error is None or time.monotonic() - self._failed_at >= backoff_s:
+            return None
+        return self.error
 
 
 def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
