@@ -114,8 +114,8 @@ class StoreSettings:
         "stateless, append turns get 503), then tried again, so a Redis that hangs costs one "
         "timeout (redis-py's socket timeout, 5 s unless store.url sets socket_timeout) per "
         "interval instead of one per request. Also how long a failed write (SQLite or Redis) "
-        "makes turns stateless and append turns 503 unless a write succeeds first. Measured on a monotonic clock: a step of the system clock (NTP) "
-        "neither ends nor extends it.",
+        "makes append turns 503 unless a write succeeds first. Measured on a monotonic "
+        "clock: a step of the system clock (NTP) neither ends nor extends it.",
         default=30.0,
     )
 

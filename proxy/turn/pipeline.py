@@ -120,21 +120,8 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
         await lock.acquire()
     outcome: Outcome | None = None
     try:
-        outcome = await plan(
-            ctx,
-            wire,
-            key,
-            payload,
-            messages,
-            mode,
-            strategy,
-            headers,
-            resend.of(key),
-            named,
-            prefill,
-            chained,
-            began,
-        )
+        asked = Asked(wire, payload, messages, mode, strategy, headers, named, prefill, chained)
+        outcome = await plan(ctx, key, asked, resend.of(key), began)
         forwarded = outcome.reduction.messages
         content = wire.render(body, payload, [*forwarded, prefill] if prefill else forwarded)
         url = ctx.url_for(wire.upstream_path, wire.provider, request.url.query)
@@ -188,32 +175,44 @@ async def conversation_turn(request: Request, wire: Wire) -> Response:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Asked:
+    """What a conversation request asks, as read from it: the input of `plan`.
+
+    `headers` go upstream. `named`: the client named the conversation (its id is
+    not derived). `prefill`: the answer's start, forwarded after the reduced
+    history and stored as the answer's. `chained`: the stored turn a request
+    chained by `previous_response_id` continues.
+    """
+
+    wire: Wire
+    payload: dict[str, Any]
+    messages: list[Item]
+    mode: str
+    strategy: str
+    headers: dict[str, str]
+    named: bool = False
+    prefill: Item | None = None
+    chained: Conversation | None = None
+
+
 async def plan(
     ctx: AppContext,
-    wire: Wire,
     key: ConvKey,
-    payload: dict[str, Any],
-    messages: list[Item],
-    mode: str,
-    strategy: str,
-    headers: dict[str, str],
+    asked: Asked,
     resend: Resend | None = None,
-    named: bool = False,
-    prefill: Item | None = None,
-    chained: Conversation | None = None,
     began: float | None = None,
 ) -> Outcome:
     """Load, reconcile and reduce the turn: what goes upstream, and what to store after.
 
-    `named`: the client named the conversation (its id is not derived). `prefill`: the
-    answer's start, forwarded after the reduced history and stored as the answer's.
-    `chained`: the stored turn a request chained by `previous_response_id` continues.
     `began`: when the turn started reading stored state (a deletion after it is one the
     turn must not undo); now when not given.
     """
+    wire, payload, strategy, headers = asked.wire, asked.payload, asked.strategy, asked.headers
+    messages, prefill, named = asked.messages, asked.prefill, asked.named
     began = time.monotonic() if began is None else began
     model = str(payload["model"])
-    loaded = await load(ctx, key, messages, model, mode, resend, wire, chained)
+    loaded = await load(ctx, key, messages, model, asked.mode, resend, wire, asked.chained)
     branch = ctx.sessions.branch(key, loaded.extends, loaded.turn.prior)
     memo = resend.memo(model, loaded.turn) if resend is not None and strategy != "none" else None
     # Tool definitions and schemas fill the window too: the history gets what they leave.
@@ -252,7 +251,7 @@ async def plan(
     tracked = lineage.hashes if lineage is not None else frozenset()
     if ctx.settings.recall.enabled and (named or lineage is not None):
         unarchived: Unarchived | None = None
-        if mode != "append":  # what the store lacks of the history the client sent
+        if asked.mode != "append":  # what the store lacks of the history the client sent
             archived = len(turn.history) - len(turn.new)
             unarchived = Unarchived(turn.history, archived, bool(loaded.extends))
         reduction, recalled = await recall_into(
