@@ -36,6 +36,7 @@ from .stopping import CutAtShutdown
 from .store import ConvKey, Store, StoreError, open_store
 from .summarizer import AnthropicRoute, Summarizer
 from .tokens import TokenCounter
+from .turn.commit import write_kept
 from .turn.pipeline import authorize, chat_completions, messages, responses
 from .upstream import (
     create_client,
@@ -113,6 +114,7 @@ def create_app(
         try:
             yield {"ctx": ctx}
         finally:
+            await write_kept(ctx)
             await ctx.background.close()
             await client.aclose()
             metrics.close()

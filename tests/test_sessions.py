@@ -48,7 +48,9 @@ def known(size: int) -> Known:
 KEYS = [ConvKey("t", f"c{i}") for i in range(5)]
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["remember", "recalled", "advance", "unwritten", "take", "forget"]),
+        st.sampled_from(
+            ["remember", "recalled", "advance", "unwritten", "take", "take every", "forget"]
+        ),
         st.sampled_from(KEYS),
         st.integers(0, 3),
         st.integers(0, 3000),
@@ -78,6 +80,11 @@ def test_sessions_stay_bounded_and_forget_leaves_nothing(steps: list[Any]) -> No
             kept = before.unwritten if before is not None else None
             assert sessions.take_unwritten(key) is kept
             assert sessions.take_unwritten(key) is None  # taken once
+        elif op == "take every":
+            held = [s.unwritten for k in KEYS if (s := sessions.get(k)) and s.unwritten]
+            taken = sessions.take_every_unwritten()
+            assert len(taken) == len(held) and all(any(t is h for h in held) for t in taken)
+            assert all(sessions.take_unwritten(k) is None for k in KEYS)
         else:
             sessions.forget(key)
             assert not sessions.holds(key)

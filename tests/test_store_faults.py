@@ -569,3 +569,30 @@ def test_a_streamed_append_turn_a_full_redis_refused_is_written_once_it_has_room
     assert answered
     assert refused.value.status_code == 503
     assert kept == ["first", "answered on a full Redis", "room again"]
+
+
+def test_an_append_turn_kept_unwritten_is_written_as_the_server_stops_if_the_store_has_room(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import redis
+
+    from .servers import run_server
+
+    url, _ = stoppable_redis
+    admin = redis.Redis.from_url(url)
+    with run_server(MockUpstream().app) as upstream:
+        with redis_proxy(upstream, url) as proxy_url:
+            api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
+            said(api.with_options(default_headers={"X-Conversation-Id": "kept"}), [], "first")
+            appending = api.with_options(
+                default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
+            )
+            admin.config_set("maxmemory", 1)  # every write refused: out of memory
+            said(appending, [], "answered on a full Redis")
+            admin.config_set("maxmemory", 0)
+        # The app never sent another turn; the server stopped, and the next one finds it.
+        with redis_proxy(upstream, url) as proxy_url:
+            kept = archived(proxy_url)
+    admin.close()
+
+    assert kept == ["first", "answered on a full Redis"]

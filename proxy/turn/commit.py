@@ -108,6 +108,15 @@ def _size(outcome: Outcome, answer: Sequence[Message]) -> int:
     return len(orjson.dumps([*outcome.turn.history, *answer]))
 
 
+async def write_kept(ctx: AppContext) -> None:
+    """As the process stops: try once more to write each append-mode turn kept unwritten
+    (the store may have room again); one line says how many are lost."""
+    kept = ctx.sessions.take_every_unwritten()
+    lost = sum([not await turn.write() for turn in kept])
+    if lost:
+        log.error("%d append-mode turn(s) not stored: the store refused them to the end", lost)
+
+
 def _branch(outcome: Outcome, archived: Sequence[ArchiveEntry]) -> tuple[Set[str], list[str]]:
     """The chain hashes of the branch the turn's answer ends, when the turn tracks it: its
     branch as planned, and what it archived; none when it was applied after another turn

@@ -313,6 +313,10 @@ class Sessions:
         self._store(key, session)
         return turn
 
+    def take_every_unwritten(self) -> list[Unwritten]:
+        """Every conversation's turn kept unwritten, no longer kept (the process stops)."""
+        return [turn for key in list(self._sessions) if (turn := self.take_unwritten(key))]
+
     def forget(self, key: ConvKey, *, deleted: bool = True) -> None:
         """Drop everything this process keeps of the conversation; `deleted` (the store's
         copy goes too) marks its turns under way as not to be stored."""
