@@ -596,3 +596,34 @@ def test_an_append_turn_kept_unwritten_is_written_as_the_server_stops_if_the_sto
     admin.close()
 
     assert kept == ["first", "answered on a full Redis"]
+
+
+def test_a_full_history_turn_supersedes_the_append_turn_kept_unwritten(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    import redis
+
+    from .servers import run_server
+
+    url, _ = stoppable_redis
+    admin = redis.Redis.from_url(url)
+    history: list[dict[str, Any]] = []
+    with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
+        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
+        full = api.with_options(default_headers={"X-Conversation-Id": "kept"})
+        appending = api.with_options(
+            default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
+        )
+        said(full, history, "first")
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        said(appending, [], "on a full Redis")  # kept unwritten
+        admin.config_set("maxmemory", 0)
+        # The app resends its whole history, the kept turn in it, then appends again.
+        history += [{"role": "user", "content": "on a full Redis"}]
+        history += [{"role": "assistant", "content": "(its answer, as the app kept it)"}]
+        said(full, history, "resent whole")
+        said(appending, [], "appended after")
+        kept = archived(proxy_url)
+    admin.close()
+
+    assert kept == ["first", "on a full Redis", "resent whole", "appended after"]

@@ -145,6 +145,10 @@ def _same_format(key: ConvKey, state: Any, route: str) -> None:
 async def _full(
     ctx: AppContext, key: ConvKey, messages: list[Message], model: str, resend: Resend | None
 ) -> Loaded:
+    # The client resent its history: an append-mode turn kept unwritten is in it, if the
+    # client has it, and would be applied after it a second time.
+    if ctx.sessions.take_unwritten(key) is not None:
+        log.warning("turn of %s kept unwritten: superseded by a full history", key.conversation)
     # The resent prefix's digests, hashes and counts were computed last turn.
     known, seen = (resend.known, resend.count) if resend is not None else (None, 0)
     digests = [*(known.digests[:seen] if known else ()), *map(digest, messages[seen:])]
