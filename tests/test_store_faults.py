@@ -536,35 +536,46 @@ def test_append_turns_try_the_store_again_after_the_backoff_of_a_failed_write(
     assert healed.status_code == 200
 
 
-def test_a_streamed_append_turn_a_full_redis_refused_is_written_once_it_has_room(
-    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
-) -> None:
+@contextlib.contextmanager
+def appending_on_redis(url: str) -> Iterator[tuple[openai.OpenAI, openai.OpenAI, str, Any]]:
+    """The real server on Redis at `url`, its conversation "kept" started with "first": an
+    SDK client for full-history turns, one for append-mode turns, the server's URL, and a
+    Redis client to fill Redis with (emptied of its limit after)."""
     import redis
 
     from .servers import run_server
 
-    url, _ = stoppable_redis
     admin = redis.Redis.from_url(url)
+    try:
+        with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
+            api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
+            full = api.with_options(default_headers={"X-Conversation-Id": "kept"})
+            appending = api.with_options(
+                default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
+            )
+            assert said(full, [], "first") == "none"
+            yield full, appending, proxy_url, admin
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
 
+
+def test_a_streamed_append_turn_a_full_redis_refused_is_written_once_it_has_room(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
     def streamed(api: openai.OpenAI, text: str) -> str:
         messages: Any = [{"role": "user", "content": text}]
         stream = api.chat.completions.create(model="gpt-4o", messages=messages, stream=True)
         return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
 
-    with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
-        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
-        assert said(api.with_options(default_headers={"X-Conversation-Id": "kept"}), [], "first")
-        api = api.with_options(
-            default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
-        )
+    with appending_on_redis(stoppable_redis[0]) as (_, appending, proxy_url, admin):
         admin.config_set("maxmemory", 1)  # every write refused: out of memory
-        answered = streamed(api, "answered on a full Redis")
+        answered = streamed(appending, "answered on a full Redis")
         with pytest.raises(openai.APIStatusError) as refused:
-            streamed(api, "refused on a full Redis")
+            streamed(appending, "refused on a full Redis")
         admin.config_set("maxmemory", 0)
-        streamed(api, "room again")
+        streamed(appending, "room again")
         kept = archived(proxy_url)
-    admin.close()
 
     assert answered
     assert refused.value.status_code == 503
@@ -574,26 +585,14 @@ def test_a_streamed_append_turn_a_full_redis_refused_is_written_once_it_has_room
 def test_an_append_turn_kept_unwritten_is_written_as_the_server_stops_if_the_store_has_room(
     stoppable_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
-    import redis
-
-    from .servers import run_server
-
-    url, _ = stoppable_redis
-    admin = redis.Redis.from_url(url)
-    with run_server(MockUpstream().app) as upstream:
-        with redis_proxy(upstream, url) as proxy_url:
-            api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
-            said(api.with_options(default_headers={"X-Conversation-Id": "kept"}), [], "first")
-            appending = api.with_options(
-                default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
-            )
-            admin.config_set("maxmemory", 1)  # every write refused: out of memory
-            said(appending, [], "answered on a full Redis")
-            admin.config_set("maxmemory", 0)
-        # The app never sent another turn; the server stopped, and the next one finds it.
-        with redis_proxy(upstream, url) as proxy_url:
-            kept = archived(proxy_url)
-    admin.close()
+    url = stoppable_redis[0]
+    with appending_on_redis(url) as (_, appending, _, admin):
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        said(appending, [], "answered on a full Redis")
+        admin.config_set("maxmemory", 0)
+    # The app sent no other turn; the server stopped, and the next one finds the turn.
+    with redis_proxy("http://127.0.0.1:9", url) as proxy_url:
+        kept = archived(proxy_url)
 
     assert kept == ["first", "answered on a full Redis"]
 
@@ -601,29 +600,19 @@ def test_an_append_turn_kept_unwritten_is_written_as_the_server_stops_if_the_sto
 def test_a_full_history_turn_supersedes_the_append_turn_kept_unwritten(
     stoppable_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
-    import redis
-
-    from .servers import run_server
-
-    url, _ = stoppable_redis
-    admin = redis.Redis.from_url(url)
-    history: list[dict[str, Any]] = []
-    with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as proxy_url:
-        api = openai.OpenAI(base_url=proxy_url + "/v1", api_key="sk-faults", max_retries=0)
-        full = api.with_options(default_headers={"X-Conversation-Id": "kept"})
-        appending = api.with_options(
-            default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
-        )
-        said(full, history, "first")
+    with appending_on_redis(stoppable_redis[0]) as (full, appending, proxy_url, admin):
         admin.config_set("maxmemory", 1)  # every write refused: out of memory
         said(appending, [], "on a full Redis")  # kept unwritten
         admin.config_set("maxmemory", 0)
         # The app resends its whole history, the kept turn in it, then appends again.
-        history += [{"role": "user", "content": "on a full Redis"}]
-        history += [{"role": "assistant", "content": "(its answer, as the app kept it)"}]
+        history: list[dict[str, Any]] = [
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "(its answer, as the app kept it)"},
+            {"role": "user", "content": "on a full Redis"},
+            {"role": "assistant", "content": "(its answer, as the app kept it)"},
+        ]
         said(full, history, "resent whole")
         said(appending, [], "appended after")
         kept = archived(proxy_url)
-    admin.close()
 
     assert kept == ["first", "on a full Redis", "resent whole", "appended after"]
