@@ -616,3 +616,28 @@ def test_a_full_history_turn_supersedes_the_append_turn_kept_unwritten(
         kept = archived(proxy_url)
 
     assert kept == ["first", "on a full Redis", "resent whole", "appended after"]
+
+
+def test_a_kept_turn_is_not_written_after_turns_another_process_stored_since(
+    stoppable_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    from .servers import run_server
+
+    url = stoppable_redis[0]
+    with appending_on_redis(url) as (_, appending, proxy_url, admin):
+        admin.config_set("maxmemory", 1)  # every write refused: out of memory
+        said(appending, [], "kept by the first process")
+        admin.config_set("maxmemory", 0)
+        with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as other:
+            api = openai.OpenAI(base_url=other + "/v1", api_key="sk-faults", max_retries=0)
+            said(api.with_options(default_headers=appending.default_headers), [], "second process")
+        # This turn writes the kept one first, which finds a turn stored after it. It
+        # is then refused as any turn is for store.backoff_s after a write failed.
+        with pytest.raises(openai.APIStatusError) as refused:
+            said(appending, [], "first process again")
+        kept = archived(proxy_url)
+
+    # The kept turn is lost (its client's app went on without it elsewhere), not
+    # written after a turn that came after it.
+    assert refused.value.status_code == 503
+    assert kept == ["first", "second process"]

@@ -32,28 +32,39 @@ log = logging.getLogger("context_proxy.chat")
 
 
 async def commit(
-    ctx: AppContext, outcome: Outcome, answer: Sequence[Message], answer_id: str | None = None
+    ctx: AppContext,
+    outcome: Outcome,
+    answer: Sequence[Message],
+    answer_id: str | None = None,
+    *,
+    kept: bool = False,
 ) -> bool:
     """Store the completed turn; in append mode, rebase onto turns other replicas committed.
 
     `answer_id` names the answer where a client may chain a request to it.
     True: nothing is left to write (a full-history turn's write may still be
     queued); False: the store refused it, and an append-mode turn is kept in
-    its session to write before the conversation's next turn.
+    its session to write before the conversation's next turn. A `kept` turn
+    is not rebased: a turn stored since (by another process) came after it,
+    and it would follow that turn out of order.
     """
     if ctx.sessions.forgotten_since(outcome.key, outcome.began):
         log.info("turn of %s not stored: deleted while it ran", outcome.key.conversation)
         return True
-    written = await _commit(ctx, outcome, answer, answer_id)
+    written = await _commit(ctx, outcome, answer, answer_id, kept)
     if not written and outcome.version is not None:
-        retry = functools.partial(commit, ctx, outcome, answer, answer_id)
+        retry = functools.partial(commit, ctx, outcome, answer, answer_id, kept=True)
         ctx.sessions.unwritten(outcome.key, Unwritten(retry, _size(outcome, answer)))
         log.warning("turn of %s kept to write before its next turn", outcome.key.conversation)
     return written
 
 
 async def _commit(
-    ctx: AppContext, outcome: Outcome, answer: Sequence[Message], answer_id: str | None
+    ctx: AppContext,
+    outcome: Outcome,
+    answer: Sequence[Message],
+    answer_id: str | None,
+    kept: bool,
 ) -> bool:
     if outcome.prefill is not None:  # the client keeps its prefill and the answer as one
         answer = continued(outcome.prefill, answer)
@@ -87,6 +98,9 @@ async def _commit(
                 await asyncio.wait((written,))
             return True
         except Conflict:
+            if kept:
+                log.error("turn of %s not stored: turns came after it", outcome.key.conversation)
+                return True
             try:
                 latest = await ctx.store.latest(outcome.key)
             except StoreError:
