@@ -616,3 +616,49 @@ def test_a_full_history_turn_supersedes_the_append_turn_kept_unwritten(
         kept = archived(proxy_url)
 
     assert kept == ["first", "on a full Redis", "resent whole", "appended after"]
+
+
+@contextlib.contextmanager
+def kept_then_deleted_elsewhere(disk: Path) -> Iterator[tuple[TestClient, TestClient]]:
+    """Two workers on one file: `one` keeps an append turn of "kept" a full disk refused,
+    then `two` deletes the conversation once the disk has room. `one` has no back-off:
+    only its kept turn refuses its turns."""
+    db = disk / "store.db"
+    with (
+        proxy(db, CONTEXT_PROXY_AUTH_ADMIN_TOKEN=ADMIN, CONTEXT_PROXY_STORE_BACKOFF_S="0") as one,
+        proxy(db, CONTEXT_PROXY_AUTH_ADMIN_TOKEN=ADMIN) as two,
+    ):
+        assert turn(one, "first").status_code == 200
+        filler = fill(disk)
+        assert turn(one, "while full", append=True).status_code == 200  # kept in `one`
+        filler.unlink()
+        gone = two.delete("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+        assert gone.status_code == 200, gone.text
+        yield one, two
+
+
+TENANT = {"tenant": tenant_of("sk-faults")}
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def test_a_kept_turn_of_a_conversation_another_worker_deleted_is_not_written_into_its_restart(
+    small_disk: Path,
+) -> None:
+    with kept_then_deleted_elsewhere(small_disk) as (one, two):
+        assert turn(two, "a new start").status_code == 200  # its app starts it again
+        after = turn(one, "after", append=True)
+        found = two.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+
+    assert after.status_code == 200, after.text
+    said = [m["content"] for m in found.json()["archive"] if m["role"] == "user"]
+    assert said == ["a new start", "after"]
+
+
+def test_a_kept_turn_of_a_conversation_deleted_elsewhere_does_not_503_its_turns_forever(
+    small_disk: Path,
+) -> None:
+    with kept_then_deleted_elsewhere(small_disk) as (one, _):
+        tries = [turn(one, f"after {n}", append=True) for n in range(3)]
+
+    # The conversation is unknown: its app is told to start it again (404), not to wait.
+    assert [t.status_code for t in tries] == [404, 404, 404], [t.text for t in tries]
