@@ -498,6 +498,7 @@ def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(
 def test_an_append_turn_a_full_disk_refused_is_written_once_it_has_room(small_disk: Path) -> None:
     with served(small_disk / "store.db") as (api, url):
         assert said(api, [], "first") == "none"  # a full-history turn starts the chat
+        assert archived(url) == ["first"]  # written: a read waits for the queued writes
         appending = api.with_options(
             default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
         )
@@ -519,10 +520,14 @@ def test_an_append_turn_a_full_disk_refused_is_written_once_it_has_room(small_di
 def test_append_turns_try_the_store_again_after_the_backoff_of_a_failed_write(
     small_disk: Path,
 ) -> None:
-    with proxy(small_disk / "store.db", CONTEXT_PROXY_STORE_BACKOFF_S="1") as client:
+    db = small_disk / "store.db"
+    env = {"CONTEXT_PROXY_STORE_BACKOFF_S": "1", "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": ADMIN}
+    with proxy(db, **env) as client:
         assert turn(client, "first", conversation="other").status_code == 200
+        settle(client)  # "first" is written before the disk fills
         filler = fill(small_disk)
         assert turn(client, "word " * 20_000).status_code == 200  # its write fails
+        settle(client)
         failed = client.get("/healthz")
         filler.unlink()
         time.sleep(1.5)  # past the back-off, which only a write could end before
@@ -534,6 +539,13 @@ def test_append_turns_try_the_store_again_after_the_backoff_of_a_failed_write(
     assert failed.status_code == 503 and "writes fail" in failed.json()["problem"]
     assert appended.status_code == 200, appended.text
     assert healed.status_code == 200
+
+
+def settle(client: TestClient) -> None:
+    """Return once the proxy's queued writes are done (written or failed): a full-history
+    turn's write is queued as its answer goes out, and a read of the store waits for it."""
+    read = client.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+    assert read.status_code in (200, 404), read.text
 
 
 @contextlib.contextmanager
