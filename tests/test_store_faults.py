@@ -26,6 +26,7 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
+from proxy.store import MemoryStore, StoreError
 
 CHAT = "/v1/chat/completions"
 ADMIN = "admin-token-for-tests"
@@ -674,3 +675,37 @@ def test_a_kept_turn_of_a_conversation_deleted_elsewhere_does_not_503_its_turns_
 
     # The conversation is unknown: its app is told to start it again (404), not to wait.
     assert [t.status_code for t in tries] == [404, 404, 404], [t.text for t in tries]
+
+
+class ReplyLost(MemoryStore):
+    """Writes an append turn, then reports it failed once: a Redis reply that timed out
+    after Redis ran the write."""
+
+    lose = False
+
+    async def commit(self, turn: Any, *, wait: bool = True) -> None:
+        await super().commit(turn, wait=wait)
+        if self.lose and turn.expected_turns is not None:
+            self.lose = False
+            raise StoreError("Redis: Timeout reading from socket")
+
+
+def test_a_kept_turn_the_store_took_already_is_not_written_twice() -> None:
+    store = ReplyLost(ttl_s=0)
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
+            "CONTEXT_PROXY_STORE_BACKEND": "memory",
+            "CONTEXT_PROXY_STORE_BACKOFF_S": "0",
+            "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": ADMIN,
+        }
+    )
+    app = create_app(settings, transport=httpx.ASGITransport(MockUpstream().app), store=store)
+    with TestClient(app) as client:
+        assert turn(client, "first").status_code == 200
+        store.lose = True
+        assert turn(client, "reply lost", append=True).status_code == 200  # kept
+        assert turn(client, "next", append=True).status_code == 200
+        found = client.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+    said = [m["content"] for m in found.json()["archive"] if m["role"] == "user"]
+    assert said == ["first", "reply lost", "next"]

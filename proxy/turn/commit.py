@@ -57,13 +57,18 @@ async def _write_kept(
 ) -> bool:
     """A kept turn's write. Its conversation, deleted meanwhile by another process and
     maybe started again there, holding as many turns, takes it no more: the turn count
-    the write checks cannot tell, its creation can."""
+    the write checks cannot tell, its creation can. A write whose answer was lost (Redis
+    timed out after running it) may have stored it: written again, it would come twice."""
     try:
         latest = await ctx.store.latest(outcome.key)
     except StoreError:  # the write tells: it fails as well, or checks the turn count
         return await commit(ctx, outcome, answer, answer_id)
     if latest is None or latest.created_at != outcome.created:
         log.error("turn of %s not stored: deleted while it was kept", outcome.key.conversation)
+        return True
+    version = outcome.version or 0
+    if latest.turns == version + 1 and latest.head == outcome.turn.head:
+        log.info("turn of %s kept unwritten was stored already", outcome.key.conversation)
         return True
     return await commit(ctx, outcome, answer, answer_id)
 
