@@ -101,16 +101,28 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+TENANT = {"tenant": tenant_of("sk-faults")}
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def settle(client: TestClient) -> None:
+    """Return once the proxy's queued writes are done (written or failed): a full-history
+    turn's write is queued as its answer goes out, and a read of the store waits for it."""
+    read = client.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+    assert read.status_code in (200, 404), read.text
+
+
 def test_a_full_disk_turns_healthz_and_append_turns_to_503_until_it_has_room(
     small_disk: Path,
 ) -> None:
-    with proxy(small_disk / "store.db") as client:
+    with proxy(small_disk / "store.db", CONTEXT_PROXY_AUTH_ADMIN_TOKEN=ADMIN) as client:
         assert turn(client, "first").status_code == 200
         filler = fill(small_disk)
         # Full-history turns are answered (the app loses nothing it sent), and
         # the turn that could not be written makes the store report it.
         big = "word " * 20_000
         assert turn(client, big).status_code == 200
+        settle(client)  # its write is queued as the answer goes out
         health = client.get("/healthz")
         appended = turn(client, "after", append=True)
         metrics = client.get("/metrics").text
@@ -542,13 +554,6 @@ def test_append_turns_try_the_store_again_after_the_backoff_of_a_failed_write(
     assert healed.status_code == 200
 
 
-def settle(client: TestClient) -> None:
-    """Return once the proxy's queued writes are done (written or failed): a full-history
-    turn's write is queued as its answer goes out, and a read of the store waits for it."""
-    read = client.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
-    assert read.status_code in (200, 404), read.text
-
-
 @contextlib.contextmanager
 def appending_on_redis(url: str) -> Iterator[tuple[openai.OpenAI, openai.OpenAI, str, Any]]:
     """The real server on Redis at `url`, its conversation "kept" started with "first": an
@@ -648,10 +653,6 @@ def kept_then_deleted_elsewhere(disk: Path) -> Iterator[tuple[TestClient, TestCl
         gone = two.delete("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
         assert gone.status_code == 200, gone.text
         yield one, two
-
-
-TENANT = {"tenant": tenant_of("sk-faults")}
-AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 
 
 def test_a_kept_turn_of_a_conversation_another_worker_deleted_is_not_written_into_its_restart(
