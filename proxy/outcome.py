@@ -49,6 +49,9 @@ class Outcome:
     # not at hand), kept for the turns chained to it; None: not tracked.
     lineage: Set[str] | None = None
     route: str = ""  # the route the turn came on, whose wire format its items are in
+    # When the stored conversation an append-mode turn builds on was created: a rebase
+    # onto one created later is onto a conversation deleted and started again.
+    created: float | None = None
 
     def headers(self) -> dict[str, str]:
         found = {

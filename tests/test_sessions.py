@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -155,6 +156,15 @@ def test_weight_counts_what_a_session_holds() -> None:
     sessions.forget(key)
     assert sessions.take_unwritten(key) is None
     assert sessions.lineage(key, "h9") == frozenset()
+
+
+def test_a_kept_turn_replaced_by_another_is_logged_lost(caplog: pytest.LogCaptureFixture) -> None:
+    # Two kept at once: an append turn cut while it wrote the kept one let the next
+    # turn in, which the store refused too.
+    sessions = Sessions()
+    sessions.unwritten(KEYS[0], Unwritten(_written, 10))
+    sessions.unwritten(KEYS[0], Unwritten(_written, 20))
+    assert [r.levelname for r in caplog.records if "not stored" in r.getMessage()] == ["ERROR"]
 
 
 # -- Through the app ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.conversation import tenant_of
 from proxy.mock import MockUpstream
+from proxy.store import MemoryStore, StoreError
 
 CHAT = "/v1/chat/completions"
 ADMIN = "admin-token-for-tests"
@@ -100,16 +101,28 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+TENANT = {"tenant": tenant_of("sk-faults")}
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
+
+
+def settle(client: TestClient) -> None:
+    """Return once the proxy's queued writes are done (written or failed): a full-history
+    turn's write is queued as its answer goes out, and a read of the store waits for it."""
+    read = client.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+    assert read.status_code in (200, 404), read.text
+
+
 def test_a_full_disk_turns_healthz_and_append_turns_to_503_until_it_has_room(
     small_disk: Path,
 ) -> None:
-    with proxy(small_disk / "store.db") as client:
+    with proxy(small_disk / "store.db", CONTEXT_PROXY_AUTH_ADMIN_TOKEN=ADMIN) as client:
         assert turn(client, "first").status_code == 200
         filler = fill(small_disk)
         # Full-history turns are answered (the app loses nothing it sent), and
         # the turn that could not be written makes the store report it.
         big = "word " * 20_000
         assert turn(client, big).status_code == 200
+        settle(client)  # its write is queued as the answer goes out
         health = client.get("/healthz")
         appended = turn(client, "after", append=True)
         metrics = client.get("/metrics").text
@@ -498,6 +511,7 @@ def test_turns_a_full_redis_cannot_keep_say_stateless_until_it_has_room(
 def test_an_append_turn_a_full_disk_refused_is_written_once_it_has_room(small_disk: Path) -> None:
     with served(small_disk / "store.db") as (api, url):
         assert said(api, [], "first") == "none"  # a full-history turn starts the chat
+        assert archived(url) == ["first"]  # written: a read waits for the queued writes
         appending = api.with_options(
             default_headers={"X-Conversation-Id": "kept", "X-Context-Mode": "append"}
         )
@@ -519,10 +533,14 @@ def test_an_append_turn_a_full_disk_refused_is_written_once_it_has_room(small_di
 def test_append_turns_try_the_store_again_after_the_backoff_of_a_failed_write(
     small_disk: Path,
 ) -> None:
-    with proxy(small_disk / "store.db", CONTEXT_PROXY_STORE_BACKOFF_S="1") as client:
+    db = small_disk / "store.db"
+    env = {"CONTEXT_PROXY_STORE_BACKOFF_S": "1", "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": ADMIN}
+    with proxy(db, **env) as client:
         assert turn(client, "first", conversation="other").status_code == 200
+        settle(client)  # "first" is written before the disk fills
         filler = fill(small_disk)
         assert turn(client, "word " * 20_000).status_code == 200  # its write fails
+        settle(client)
         failed = client.get("/healthz")
         filler.unlink()
         time.sleep(1.5)  # past the back-off, which only a write could end before
@@ -641,3 +659,79 @@ def test_a_kept_turn_is_not_written_after_turns_another_process_stored_since(
     # written after a turn that came after it.
     assert refused.value.status_code == 503
     assert kept == ["first", "second process"]
+
+
+@contextlib.contextmanager
+def kept_then_deleted_elsewhere(disk: Path) -> Iterator[tuple[TestClient, TestClient]]:
+    """Two workers on one file: `one` keeps an append turn of "kept" a full disk refused,
+    then `two` deletes the conversation once the disk has room. `one` has no back-off:
+    only its kept turn refuses its turns."""
+    db = disk / "store.db"
+    with (
+        proxy(db, CONTEXT_PROXY_AUTH_ADMIN_TOKEN=ADMIN, CONTEXT_PROXY_STORE_BACKOFF_S="0") as one,
+        proxy(db, CONTEXT_PROXY_AUTH_ADMIN_TOKEN=ADMIN) as two,
+    ):
+        assert turn(one, "first").status_code == 200
+        filler = fill(disk)
+        assert turn(one, "while full", append=True).status_code == 200  # kept in `one`
+        filler.unlink()
+        gone = two.delete("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+        assert gone.status_code == 200, gone.text
+        yield one, two
+
+
+def test_a_kept_turn_of_a_conversation_another_worker_deleted_is_not_written_into_its_restart(
+    small_disk: Path,
+) -> None:
+    with kept_then_deleted_elsewhere(small_disk) as (one, two):
+        assert turn(two, "a new start").status_code == 200  # its app starts it again
+        after = turn(one, "after", append=True)
+        found = two.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+
+    assert after.status_code == 200, after.text
+    said = [m["content"] for m in found.json()["archive"] if m["role"] == "user"]
+    assert said == ["a new start", "after"]
+
+
+def test_a_kept_turn_of_a_conversation_deleted_elsewhere_does_not_503_its_turns_forever(
+    small_disk: Path,
+) -> None:
+    with kept_then_deleted_elsewhere(small_disk) as (one, _):
+        tries = [turn(one, f"after {n}", append=True) for n in range(3)]
+
+    # The conversation is unknown: its app is told to start it again (404), not to wait.
+    assert [t.status_code for t in tries] == [404, 404, 404], [t.text for t in tries]
+
+
+class ReplyLost(MemoryStore):
+    """Writes an append turn, then reports it failed once: a Redis reply that timed out
+    after Redis ran the write."""
+
+    lose = False
+
+    async def commit(self, turn: Any, *, wait: bool = True) -> None:
+        await super().commit(turn, wait=wait)
+        if self.lose and turn.expected_turns is not None:
+            self.lose = False
+            raise StoreError("Redis: Timeout reading from socket")
+
+
+def test_a_kept_turn_the_store_took_already_is_not_written_twice() -> None:
+    store = ReplyLost(ttl_s=0)
+    settings = load_settings(
+        env={
+            "CONTEXT_PROXY_UPSTREAM_BASE_URL": "http://fake/v1",
+            "CONTEXT_PROXY_STORE_BACKEND": "memory",
+            "CONTEXT_PROXY_STORE_BACKOFF_S": "0",
+            "CONTEXT_PROXY_AUTH_ADMIN_TOKEN": ADMIN,
+        }
+    )
+    app = create_app(settings, transport=httpx.ASGITransport(MockUpstream().app), store=store)
+    with TestClient(app) as client:
+        assert turn(client, "first").status_code == 200
+        store.lose = True
+        assert turn(client, "reply lost", append=True).status_code == 200  # kept
+        assert turn(client, "next", append=True).status_code == 200
+        found = client.get("/admin/conversations/kept", params=TENANT, headers=AS_ADMIN)
+    said = [m["content"] for m in found.json()["archive"] if m["role"] == "user"]
+    assert said == ["first", "reply lost", "next"]

@@ -53,10 +53,31 @@ async def commit(
         return True
     written = await _commit(ctx, outcome, answer, answer_id, kept)
     if not written and outcome.version is not None:
-        retry = functools.partial(commit, ctx, outcome, answer, answer_id, kept=True)
+        retry = functools.partial(_write_kept, ctx, outcome, answer, answer_id)
         ctx.sessions.unwritten(outcome.key, Unwritten(retry, _size(outcome, answer)))
         log.warning("turn of %s kept to write before its next turn", outcome.key.conversation)
     return written
+
+
+async def _write_kept(
+    ctx: AppContext, outcome: Outcome, answer: Sequence[Message], answer_id: str | None
+) -> bool:
+    """A kept turn's write. Its conversation, deleted meanwhile by another process and
+    maybe started again there, holding as many turns, takes it no more: the turn count
+    the write checks cannot tell, its creation can. A write whose answer was lost (Redis
+    timed out after running it) may have stored it: written again, it would come twice."""
+    try:
+        latest = await ctx.store.latest(outcome.key)
+    except StoreError:  # the write tells: it fails as well, or checks the turn count
+        return await commit(ctx, outcome, answer, answer_id, kept=True)
+    if latest is None or latest.created_at != outcome.created:
+        log.error("turn of %s not stored: deleted while it was kept", outcome.key.conversation)
+        return True
+    version = outcome.version or 0
+    if latest.turns == version + 1 and latest.head == outcome.turn.head:
+        log.info("turn of %s kept unwritten was stored already", outcome.key.conversation)
+        return True
+    return await commit(ctx, outcome, answer, answer_id, kept=True)
 
 
 async def _commit(
@@ -105,8 +126,11 @@ async def _commit(
                 latest = await ctx.store.latest(outcome.key)
             except StoreError:
                 break
-            if latest is None:
-                break
+            if latest is None or latest.created_at != outcome.created:
+                # Deleted meanwhile (by another process): applied to what is stored now,
+                # the turn would bring a deleted conversation's messages into a new one.
+                log.info("turn of %s not stored: deleted while it ran", outcome.key.conversation)
+                return True
             outcome = rebase(outcome, latest)
         except StoreError as exc:
             ctx.metrics.store_errors.labels("commit").inc()

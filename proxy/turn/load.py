@@ -40,7 +40,8 @@ class Loaded:
     `digests` and `hashes` are every message's (full-history mode only);
     `version` is the stored turn count an append-mode turn builds on;
     `extends` is the head of the stored snapshot the turn continues ("": none).
-    `key` is the conversation's.
+    `key` is the conversation's; `created` is when the stored conversation an
+    append-mode turn builds on was created (one deleted and started again is another).
     """
 
     turn: conv.Turn
@@ -51,6 +52,7 @@ class Loaded:
     hashes: list[str] | None
     extends: str
     key: ConvKey
+    created: float | None = None
 
 
 async def load(
@@ -121,7 +123,7 @@ async def _append(
     # after a turn committed meanwhile (another chat's, when both opened alike under a
     # derived id) it would carry that chat's messages into its own.
     version = None if chained is not None else stored.turns
-    return Loaded(turn, count, False, version, None, None, stored.head, key)
+    return Loaded(turn, count, False, version, None, None, stored.head, key, stored.created_at)
 
 
 def _same_format(key: ConvKey, state: Any, route: str) -> None:

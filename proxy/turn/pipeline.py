@@ -282,6 +282,7 @@ async def plan(
         prefill=prefill,
         lineage=None if named or not ctx.settings.recall.enabled else tracked,
         route=wire.upstream_path,
+        created=loaded.created,
     )
 
 

@@ -301,6 +301,7 @@ class Sessions:
     def unwritten(self, key: ConvKey, turn: Unwritten) -> None:
         """Keep an append-mode turn the store refused, to write before the next one."""
         session = self._sessions.get(key) or Session()
+        _lost(key, session)  # one kept already (its write was cut) goes: the newer holds more
         session.unwritten = turn
         self._store(key, session)
 
