@@ -531,3 +531,34 @@ def test_a_chained_turn_extends_the_branch_kept_and_any_other_replaces_it() -> N
     assert kept == {"u1", "a1", "u2", "a2"}, "a branch no longer kept is not changed"
     session = sessions.get(key)
     assert session is not None and session.weight == OVERHEAD + 3 * HASH_BYTES
+
+
+def test_a_cut_request_waits_for_its_kept_turns_write_before_it_lets_the_lock_go() -> None:
+    from proxy.turn.load import _written
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        release, wrote = asyncio.Event(), asyncio.Event()
+
+        async def write() -> bool:
+            await release.wait()
+            wrote.set()
+            return True
+
+        lock = asyncio.Lock()
+
+        async def turn() -> None:
+            async with lock:  # as the pipeline holds the conversation's lock
+                await _written(Unwritten(write, 0))
+
+        task = asyncio.create_task(turn())
+        await asyncio.sleep(0)
+        task.cancel()  # the client left
+        await asyncio.sleep(0.01)
+        held_while_writing = lock.locked() and not wrote.is_set()
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return held_while_writing, wrote.is_set(), lock.locked()
+
+    held, wrote, still_locked = asyncio.run(scenario())
+    assert held and wrote and not still_locked

@@ -24,6 +24,7 @@ from ..messages import Message, chain_hashes, digest, split_leading
 from ..store import Conversation, ConvKey, StoreError
 from ..tokens import RequestCounts
 from .fairness import GROUP_STEP, let_others_run
+from .sessions import Unwritten
 from .state import SnapshotState
 
 if TYPE_CHECKING:
@@ -89,10 +90,9 @@ async def _append(
         code="store_unavailable",
     )
     # The conversation's last turn, answered while the store refused it, goes first:
-    # this turn builds on it. Its write is also what tells that the store heals, and
-    # it runs to its end if this request is cut (a failed one keeps the turn again).
+    # this turn builds on it. Its write is also what tells that the store heals.
     kept = ctx.sessions.take_unwritten(key) if chained is None else None
-    if kept is not None and not await asyncio.shield(kept.write()):
+    if kept is not None and not await _written(kept):
         log.warning("append turn of %s refused: its last turn is still unwritten", key.conversation)
         raise unavailable
     # A chained turn's `continued` asked already, and passes the request through.
@@ -124,6 +124,18 @@ async def _append(
     # derived id) it would carry that chat's messages into its own.
     version = None if chained is not None else stored.turns
     return Loaded(turn, count, False, version, None, None, stored.head, key, stored.created_at)
+
+
+async def _written(kept: Unwritten) -> bool:
+    """Write a kept turn to its end, even if this request is cut meanwhile (a failed write
+    keeps it again): the conversation's lock, held until then, keeps its next turn from
+    loading a history without it."""
+    write = asyncio.ensure_future(kept.write())
+    try:
+        return await asyncio.shield(write)
+    except asyncio.CancelledError:
+        await write
+        raise
 
 
 def _same_format(key: ConvKey, state: Any, route: str) -> None:
