@@ -293,6 +293,15 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+def standing(failed: tuple[str, float] | None, now: float, backoff_s: float) -> str | None:
+    """A failed write's error while it stands: for `backoff_s` after it (`now` and its
+    time on one monotonic clock). Then a turn may try: append turns are refused while it
+    stands, and only a write tells that the store takes writes again."""
+    if failed is None or now - failed[1] >= backoff_s:
+        return None
+    return failed[0]
+
+
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 

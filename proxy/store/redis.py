@@ -51,6 +51,7 @@ from proxy.store.base import (
     TurnCommit,
     dumps,
     loads,
+    standing,
 )
 from proxy.store.indexed import ArchiveSearch, Searchable
 
@@ -401,12 +402,7 @@ class RedisStore(Searchable):
         return summaries
 
     def _refusing(self) -> str | None:
-        """Why commits fail, for `backoff_s` after one did. Then turns try Redis again:
-        append turns are refused while it stands, so only a commit can clear it."""
-        if self._commit_failed is None:
-            return None
-        error, at = self._commit_failed
-        return error if self._monotonic() - at < self._backoff_s else None
+        return standing(self._commit_failed, self._monotonic(), self._backoff_s)
 
     def problem(self) -> str | None:
         error = self._refusing()

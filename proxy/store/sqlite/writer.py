@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from proxy.store.base import StoreError
+from proxy.store.base import StoreError, standing
 from proxy.store.schema import DATA_VERSION
 
 from . import rows
@@ -279,11 +279,9 @@ class Writer:
         self._failed_at = time.monotonic()
 
     def refusing(self, backoff_s: float) -> str | None:
-        """Why writes fail, for `backoff_s` after a group failed. Then a turn may try: only a
-        write tells that the file takes writes again (a disk that has room, say)."""
-        if self.error is None or time.monotonic() - self._failed_at >= backoff_s:
-            return None
-        return self.error
+        """Why writes fail, while the last failed group's error stands (`standing`)."""
+        failed = None if self.error is None else (self.error, self._failed_at)
+        return standing(failed, time.monotonic(), backoff_s)
 
 
 def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
