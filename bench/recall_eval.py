@@ -7,7 +7,7 @@ sent them; then each question is asked at the end of the whole conversation,
 each on a copy of the store as the replay left it, so no question sees
 another. A question's evidence reached the model when the words its answer
 needs are in what was forwarded (the verbatim window or the recall block).
-Without FILE the development set (`bench.recall_set`) is used, and the two sets
+Without FILE the development set (`bench.recall_set`) is used, and the three sets
 written apart from the recall rules are reported below it; FILE holds one
 conversation a line, as `Conversation.as_json` writes it.
 
@@ -48,6 +48,7 @@ from proxy.mock.embeddings import embedding_of
 from proxy.settings import Settings
 from proxy.tokens import offline_counter
 
+from .recall_fourth import chats as fourth_chats
 from .recall_other import chats
 from .recall_set import VARIANTS, Conversation, Question, dev_set
 from .recall_third import chats as third_chats
@@ -325,6 +326,12 @@ def third_set(count: int = 6, seed: int = 0) -> list[Conversation]:
     ]
 
 
+def fourth_set(count: int = 6, seed: int = 0) -> list[Conversation]:
+    """The fourth set, written blind as well (`bench.recall_fourth`): lives told
+    indirectly, facts corrected later, numbers in words."""
+    return [conversation for conversation, _ in fourth_chats(count, seed)]
+
+
 def load(path: str) -> list[Conversation]:
     out: list[Conversation] = []
     with open(path, encoding="utf-8") as fh:
@@ -370,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         plain = evaluate(third, "... plain BM25 top-5", recall=False, plain=True)
         print(plain.line())
         print(evaluate(third, "... lexical recall, k=5").line())
+        fourth = fourth_set()
+        print(evaluate(fourth, "fourth set, blind: window", recall=False).line())
+        plain = evaluate(fourth, "... plain BM25 top-5", recall=False, plain=True)
+        print(plain.line())
+        print(evaluate(fourth, "... lexical recall, k=5").line())
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.
