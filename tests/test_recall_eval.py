@@ -8,6 +8,7 @@ here. They are not the goal (the held-out benchmark is); see docs/recall.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -152,22 +153,15 @@ def test_a_set_written_apart_from_the_rules_finds_more_than_plain_bm25() -> None
     assert recall.tokens_share <= window.tokens_share + 0.02, lines
 
 
-def test_a_third_set_written_blind_finds_more_than_plain_bm25_and_recalls_falsely_less() -> None:
-    # `bench.recall_third`, also written without reading the recall rules: dated sessions,
-    # warm persona chat, photos described in text, temporal and inference questions.
-    # Seed 3: figures were only read on seed 0.
-    window, plain, recall = against_plain(third_set(3, seed=3), "third set")
-    lines = (window.line(), plain.line(), recall.line())
-    assert recall.found_share >= plain.found_share + 0.15, lines
-    assert recall.false_recalls <= plain.false_recalls - 3, lines
-    assert recall.tokens_share <= window.tokens_share + 0.02, lines
-
-
-def test_a_fourth_set_written_blind_finds_more_than_plain_bm25_and_recalls_falsely_less() -> None:
-    # `bench.recall_fourth`, written blind as well: lives told indirectly ("the boys
-    # finally have their own rooms"), facts corrected later, numbers in words.
-    # Seed 3: figures were only read on seed 0.
-    window, plain, recall = against_plain(fourth_set(3, seed=3), "fourth set")
+# Both written without reading the recall rules. The third: dated sessions, warm
+# persona chat, photos described in text, temporal and inference questions. The
+# fourth: lives told indirectly ("the boys finally have their own rooms"), facts
+# corrected later, numbers in words. Seed 3: their figures were only read on seed 0.
+@pytest.mark.parametrize("made", [third_set, fourth_set], ids=["third", "fourth"])
+def test_a_set_written_blind_finds_more_than_plain_bm25_and_recalls_falsely_less(
+    made: Callable[..., list[Conversation]],
+) -> None:
+    window, plain, recall = against_plain(made(3, seed=3), made.__name__)
     lines = (window.line(), plain.line(), recall.line())
     assert recall.found_share >= plain.found_share + 0.15, lines
     assert recall.false_recalls <= plain.false_recalls - 3, lines
