@@ -1,0 +1,201 @@
+"""What a reduction carries of Responses tool searches, turn after turn: it gives way to
+the window only when the request would not fit otherwise, never for a kept call of a tool
+it loaded (a function, a namespace's function, an MCP server's tool). The route through
+the real server with the `openai` client is at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from proxy.dialects.responses import RESPONSES
+from proxy.messages import Message
+from proxy.mock import MockUpstream
+from proxy.mock import responses as mock_responses
+from proxy.reduction import Budget, Policy, Reduction, ReductionState, Working, reduce
+from tests.servers import run_server, serve_proxy
+from tests.test_responses import LEADING, count
+from tests.test_responses_tool_search import called, function, search
+
+# Not shrunk: shrinking an agent of thirty turns, each reduced, outlasts the test's timeout;
+# a failure still names its turn and what the reduction did.
+AGENTS = settings(
+    max_examples=100,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+CUTTING = ("tokens", "summarize", "tiered")
+MODEL, WINDOW = "search-agent", 6000
+
+
+def turn(body: list[Message], state: ReductionState, strategy: str, budget: Budget) -> Reduction:
+    """One turn reduced on the state the turn before left, its summaries written."""
+    policy = Policy(strategy=strategy, dialect=RESPONSES)
+    working = Working(LEADING, tuple(body[state.tail_start :]), state)
+    red = reduce(working, policy, budget, count)
+    texts = {r.key: "earlier talk" for r in red.summary_requests}
+    if texts:
+        red = reduce(working, policy, budget, count, texts)
+    mock_responses.validate({"model": "m", "input": list(red.messages)}, {}, {})
+    return red
+
+
+def grew_at_its_end(before: Reduction, after: Reduction) -> bool:
+    """Whether `after` forwards `before`'s input as its prefix (a prompt cache hit)."""
+    return list(after.messages[: len(before.messages)]) == list(before.messages)
+
+
+def unloaded_calls(items: Sequence[Message]) -> list[str]:
+    """The calls of `items` whose tool no tool search output before them loaded (every tool
+    these agents call is deferred)."""
+    have: set[str] = set()
+    missing: list[str] = []
+    for item in items:
+        if item.get("type") == "tool_search_output":
+            have |= {t["name"] for t in item["tools"]}
+        elif item.get("type") == "function_call" and item["name"] not in have:
+            missing.append(item["name"])
+    return missing
+
+
+def agent(n: int) -> list[Message]:
+    """Turn `n` of an agent that loads a new tool each turn and calls the first every turn."""
+    return [
+        {"role": "user", "content": f"turn {n} " * 10},
+        *search(n, (f"get_{n}",), n % 2 == 0),
+        *called(n, "get_0", 100),
+        {"role": "assistant", "content": f"answer {n} " * 10},
+    ]
+
+
+def test_a_turn_that_fits_lets_no_carried_search_go() -> None:
+    """A turn that cuts carries the searches it drops, past a quarter of the limit; the next
+    turn fits under the limit as it is, so it forwards the same prefix and only grows at its
+    end: letting a search go there would break the prompt cache for nothing and make the
+    model search again for a tool it had."""
+    budget, body, state = Budget(3000), [], ReductionState()
+    previous: Reduction | None = None
+    fitting_after_cut = 0
+    for n in range(40):
+        body += agent(n)
+        red = turn(body, state, "summarize", budget)
+        assert not unloaded_calls(red.messages), n
+        if previous is not None and red.dropped == 0 and "truncated" not in red.kinds:
+            fitting_after_cut += previous.dropped > 0
+            assert grew_at_its_end(previous, red), n
+        previous, state = red, red.state
+    assert fitting_after_cut, "no turn fitting after a cut"
+
+
+def loaded_by(items: Sequence[Message]) -> list[str]:
+    """The tools the tool search outputs of `items` load: those the model can call."""
+    return [t["name"] for m in items if m.get("type") == "tool_search_output" for t in m["tools"]]
+
+
+@AGENTS
+@given(st.data(), st.sampled_from(CUTTING), st.integers(800, 4000))
+def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
+    data: st.DataObject, strategy: str, window: int
+) -> None:
+    """An agent that searches for new tools (the client's search or OpenAI's), calls a tool
+    the last forwarded input loaded (as the model can), or only talks, turn after turn: a
+    kept call never loses the search that loaded its tool, and a turn that cuts nothing
+    forwards the turn before's input as its prefix, carried searches included."""
+    budget, body, state = Budget(window), [], ReductionState()
+    previous: Reduction | None = None
+    callable_: list[str] = []
+    for n in range(data.draw(st.integers(8, 30))):
+        body.append({"role": "user", "content": f"q{n} " * data.draw(st.integers(1, 60))})
+        kind = data.draw(st.sampled_from(["search", "search", "call", "talk"]))
+        if kind == "search" or not callable_:
+            callable_.append(f"tool_{n}")
+            body += search(n, (callable_[-1],), data.draw(st.booleans()))
+        if kind == "call" or data.draw(st.booleans()):
+            body += called(n, data.draw(st.sampled_from(callable_)), data.draw(st.integers(0, 400)))
+        body.append({"role": "assistant", "content": f"a{n} " * data.draw(st.integers(1, 60))})
+        red = turn(body, state, strategy, budget)
+        assert not unloaded_calls(red.messages), n
+        if previous is not None and red.dropped == 0 and "truncated" not in red.kinds:
+            assert grew_at_its_end(previous, red), (n, red.kinds)
+        previous, state, callable_ = red, red.state, loaded_by(red.messages)
+
+
+class SearchingApp:
+    """An app on the Responses API with deferred tools, running the model's tool searches
+    itself, sending its whole input every turn (store=False) and noting each reduction."""
+
+    def __init__(self, api: openai.OpenAI, tools: list[Any]) -> None:
+        self.api, self.tools = api, tools
+        self.input: list[Any] = []
+        self.kinds: list[str] = []
+
+    def send(self, item: Any, stream: bool = False) -> Any:
+        """Send `item` after the input so far; the last output item."""
+        self.input.append(item)
+        kwargs: Any = {"model": MODEL, "input": self.input, "tools": self.tools, "store": False}
+        if stream:
+            with self.api.responses.with_streaming_response.create(**kwargs, stream=True) as raw:
+                self.kinds.append(raw.headers["x-context-reduction"])
+                events = raw.parse()
+                answer = next(e for e in events if e.type == "response.completed").response
+        else:
+            raw = self.api.responses.with_raw_response.create(**kwargs)
+            self.kinds.append(raw.headers["x-context-reduction"])
+            answer = raw.parse()
+        self.input += [o.model_dump(exclude_none=True) for o in answer.output]
+        return answer.output[-1]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[MockUpstream, openai.OpenAI]]:
+    """The real server reducing with `summarize` in front of the mock upstream."""
+    upstream = MockUpstream(context_limits={MODEL: WINDOW})
+    with (
+        run_server(upstream.app) as upstream_url,
+        serve_proxy(
+            upstream_url + "/v1",
+            tmp_path / "p.db",
+            windows={MODEL: WINDOW},
+            reduction_strategy="summarize",
+        ) as url,
+        openai.OpenAI(base_url=url + "/v1", api_key="sk-search", max_retries=0) as api,
+    ):
+        yield upstream, api
+
+
+@pytest.mark.integration
+def test_through_the_server_a_turn_that_fits_forwards_the_turn_before_grown(
+    served: tuple[MockUpstream, openai.OpenAI],
+) -> None:
+    """With the `openai` client, streamed and not: an agent searching for a new tool every
+    turn and calling the first each turn. Once what is carried passes a quarter of the
+    limit, every turn the proxy forwards without cutting anything still sends the input it
+    sent the turn before, grown at its end (the prompt cache holds), and get_0 stays loaded."""
+    upstream, api = served
+    names = [f"get_{n}" for n in range(14)]
+    app = SearchingApp(api, [{"type": "tool_search", "execution": "client"}, *map(function, names)])
+    for n, name in enumerate(names):
+        searched = app.send({"role": "user", "content": f"Please search tools {name}."}, n % 2 == 0)
+        assert searched.type == "tool_search_call", n
+        loaded = search(n, (name,), False)[1] | {"call_id": searched.call_id}
+        app.send(loaded)
+        call = app.send({"role": "user", "content": f"Turn {n}: call tool get_0 for {n}. " * 3})
+        assert (call.type, call.name) == ("function_call", "get_0"), (n, app.kinds)
+        report = f"City {n}: sunny, {n % 9 + 12} degrees, light wind from the west. " * 5
+        app.send({"type": "function_call_output", "call_id": call.call_id, "output": report}, True)
+    assert not [c.error for c in upstream.calls if c.error]
+    sent = [r["input"] for r in upstream.responses_requests()]
+    assert len(sent) == len(app.kinds)
+    cuts = [n for n, kind in enumerate(app.kinds) if kind not in ("none", "reused")]
+    assert cuts, app.kinds
+    after_cut = [n for n in range(cuts[0] + 1, len(sent)) if n not in cuts]
+    assert after_cut, app.kinds
+    for n in after_cut:
+        assert sent[n][: len(sent[n - 1])] == sent[n - 1], (n, app.kinds[n - 1 : n + 1])
