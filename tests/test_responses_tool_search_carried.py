@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from proxy.dialects.responses import RESPONSES
 from proxy.messages import Message
-from proxy.mock import MockUpstream
+from proxy.mock import ECHO, MockUpstream
 from proxy.mock import responses as mock_responses
 from proxy.reduction import Budget, Policy, Reduction, ReductionState, Working, reduce
 from tests.servers import run_server, serve_proxy
@@ -59,9 +59,42 @@ def unloaded_calls(items: Sequence[Message]) -> list[str]:
     missing: list[str] = []
     for item in items:
         if item.get("type") == "tool_search_output":
-            have |= {t["name"] for t in item["tools"]}
+            have |= {t.get("name") for t in item["tools"]}
         elif item.get("type") == "function_call" and item["name"] not in have:
             missing.append(item["name"])
+    return missing
+
+
+def mcp_server(n: int, label: str) -> list[Message]:
+    """A client's tool search loading the MCP server `label` (OpenAI lists it as an `mcp`
+    tool by its `server_label`, `ResponseToolSearchOutputItemParam`)."""
+    call, output = search(n, (), False)
+    server = {"type": "mcp", "server_label": label, "server_url": f"https://{label}.example/mcp"}
+    return [call, output | {"tools": [server | {"defer_loading": True}]}]
+
+
+def mcp_called(n: int, label: str, name: str, size: int) -> Message:
+    """A call of tool `name` on the MCP server `label`, run by OpenAI (its output in it)."""
+    return {
+        "type": "mcp_call",
+        "id": f"mcp_{n}",
+        "server_label": label,
+        "name": name,
+        "arguments": "{}",
+        "output": "m" * size,
+        "status": "completed",
+    }
+
+
+def servers_unloaded(items: Sequence[Message]) -> list[str]:
+    """The MCP calls of `items` whose server no tool search output before them loaded."""
+    have: set[str] = set()
+    missing: list[str] = []
+    for item in items:
+        if item.get("type") == "tool_search_output":
+            have |= {t["server_label"] for t in item["tools"] if t.get("type") == "mcp"}
+        elif item.get("type") == "mcp_call" and item["server_label"] not in have:
+            missing.append(item["server_label"])
     return missing
 
 
@@ -95,8 +128,10 @@ def test_a_turn_that_fits_lets_no_carried_search_go() -> None:
 
 
 def loaded_by(items: Sequence[Message]) -> list[str]:
-    """The tools the tool search outputs of `items` load: those the model can call."""
-    return [t["name"] for m in items if m.get("type") == "tool_search_output" for t in m["tools"]]
+    """The tools (an MCP server by its label) the tool search outputs of `items` load: those
+    the model can call."""
+    outputs = [m for m in items if m.get("type") == "tool_search_output"]
+    return [t.get("name") or t["server_label"] for m in outputs for t in m["tools"]]
 
 
 @AGENTS
@@ -104,8 +139,9 @@ def loaded_by(items: Sequence[Message]) -> list[str]:
 def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
     data: st.DataObject, strategy: str, window: int
 ) -> None:
-    """An agent that searches for new tools (the client's search or OpenAI's), calls a tool
-    the last forwarded input loaded (as the model can), or only talks, turn after turn: a
+    """An agent that searches for new tools (a function, by the client's search or OpenAI's,
+    or an MCP server), calls a tool the last forwarded input loaded (as the model can), or
+    only talks, turn after turn: a
     kept call never loses the search that loaded its tool, and a turn that cuts nothing
     forwards the turn before's input as its prefix, carried searches included."""
     budget, body, state = Budget(window), [], ReductionState()
@@ -115,16 +151,44 @@ def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
         body.append({"role": "user", "content": f"q{n} " * data.draw(st.integers(1, 60))})
         kind = data.draw(st.sampled_from(["search", "search", "call", "talk"]))
         if kind == "search" or not callable_:
-            callable_.append(f"tool_{n}")
-            body += search(n, (callable_[-1],), data.draw(st.booleans()))
+            server = data.draw(st.booleans())  # an MCP server, or a function
+            callable_.append(f"srv_{n}" if server else f"tool_{n}")
+            body += mcp_server(n, callable_[-1]) if server else search(n, (callable_[-1],), n % 2)
         if kind == "call" or data.draw(st.booleans()):
-            body += called(n, data.draw(st.sampled_from(callable_)), data.draw(st.integers(0, 400)))
+            tool, size = data.draw(st.sampled_from(callable_)), data.draw(st.integers(0, 400))
+            server_call = mcp_called(n, tool, "query", size)
+            body += [server_call] if tool.startswith("srv_") else called(n, tool, size)
         body.append({"role": "assistant", "content": f"a{n} " * data.draw(st.integers(1, 60))})
         red = turn(body, state, strategy, budget)
-        assert not unloaded_calls(red.messages), n
+        assert not unloaded_calls(red.messages) and not servers_unloaded(red.messages), n
         if previous is not None and red.dropped == 0 and "truncated" not in red.kinds:
             assert grew_at_its_end(previous, red), (n, red.kinds)
         previous, state, callable_ = red, red.state, loaded_by(red.messages)
+
+
+@pytest.mark.parametrize("strategy", CUTTING)
+def test_a_kept_call_of_an_mcp_server_keeps_the_search_that_loaded_the_server(
+    strategy: str,
+) -> None:
+    """An agent that loads an MCP server once, calls its tools every turn (`mcp_call`, by
+    `server_label` and `name`) and loads a new function every turn: what is carried passes
+    a quarter of the limit, and the searches no kept call needs are let go, but never the
+    server's while a kept `mcp_call` calls it."""
+    budget, state = Budget(3000), ReductionState()
+    body: list[Message] = [
+        {"role": "user", "content": "open the tracker"},
+        *mcp_server(0, "github"),
+    ]
+    shed = 0
+    for n in range(1, 70):
+        body += [{"role": "user", "content": f"turn {n} " * 10}, *search(n, (f"get_{n}",), False)]
+        body.append(mcp_called(n, "github", "search_issues", 100))
+        body.append({"role": "assistant", "content": f"answer {n} " * 10})
+        red = turn(body, state, strategy, budget)
+        assert not servers_unloaded(red.messages), (n, red.kinds)
+        shed += len(red.state.extra.get("loaded", [])) < len(state.extra.get("loaded", []))
+        state = red.state
+    assert shed, "nothing carried was let go"
 
 
 class SearchingApp:
@@ -199,3 +263,56 @@ def test_through_the_server_a_turn_that_fits_forwards_the_turn_before_grown(
     assert after_cut, app.kinds
     for n in after_cut:
         assert sent[n][: len(sent[n - 1])] == sent[n - 1], (n, app.kinds[n - 1 : n + 1])
+
+
+def test_the_mock_takes_mcp_calls_as_openai_documents_them() -> None:
+    """An `mcp_call` input item needs its `id`, `server_label`, `name` and `arguments`
+    (`openai` 3.57, `ResponseInputItemParam.McpCall`); nothing says its server must still be
+    loaded, so one whose search is gone is accepted. The mock's model searches for a
+    deferred MCP server no output in the input loads, and calls the tool of one loaded."""
+    call = mcp_called(1, "github", "search_issues", 10)
+    mock_responses.validate({"model": "m", "input": [call]}, {}, {})
+    for field in ("id", "server_label", "name", "arguments"):
+        lacking = {k: v for k, v in call.items() if k != field}
+        with pytest.raises(mock_responses.Invalid, match=field):
+            mock_responses.validate({"model": "m", "input": [lacking]}, {}, {})
+    server = mcp_server(0, "github")[1]["tools"][0]
+    tools = [{"type": "tool_search", "execution": "client"}, server]
+    ask = {"role": "user", "content": "call mcp tool search_issues on github"}
+    searched = mock_responses.output_for([ask], "d", ECHO, tools)
+    assert [i["type"] for i in searched] == ["tool_search_call"]
+    answer = mock_responses.output_for([*mcp_server(0, "github"), ask], "d", ECHO, tools)
+    assert [(i["type"], i.get("server_label")) for i in answer] == [
+        ("mcp_call", "github"),
+        ("message", None),
+    ]
+
+
+@pytest.mark.integration
+def test_through_the_server_an_agent_keeps_calling_the_mcp_server_it_loaded_once(
+    served: tuple[MockUpstream, openai.OpenAI],
+) -> None:
+    """With the `openai` client, streamed and not: the app's search loads a deferred MCP
+    server once, then every turn the model calls one of its tools (OpenAI runs it: an
+    `mcp_call`) and the app loads a new function. Reductions let go of the searches no kept
+    call needs, never the server's: the model keeps calling it instead of searching again."""
+    upstream, api = served
+    names = [f"get_{n}" for n in range(28)]
+    server = mcp_server(0, "github")[1]["tools"][0]
+    tools = [{"type": "tool_search", "execution": "client"}, server, *map(function, names)]
+    app = SearchingApp(api, tools)
+    searched = app.send({"role": "user", "content": "Please search tools for the tracker."})
+    app.send(mcp_server(0, "github")[1] | {"call_id": searched.call_id})
+    for n, name in enumerate(names):
+        ask = f"Turn {n}: call mcp tool search_issues on github, then more. " * 8
+        answer = app.send({"role": "user", "content": ask}, n % 2 == 0)
+        made = [i for i in app.input[-2:] if i.get("type") == "mcp_call"]
+        assert answer.type == "message" and made, (n, app.kinds)
+        searched = app.send({"role": "user", "content": f"Please search tools {name}."}, True)
+        app.send(search(n + 1, (name,), False)[1] | {"call_id": searched.call_id})
+    assert not [c.error for c in upstream.calls if c.error]
+    assert set(app.kinds) - {"none", "reused"}, app.kinds
+    last = upstream.responses_requests()[-1]["input"]
+    assert app.input[0] not in last, "the server's search went reduced"
+    assert not servers_unloaded(last)
+    assert len(loaded_by(last)) < len(names), ("nothing carried was let go", " ".join(app.kinds))

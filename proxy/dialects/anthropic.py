@@ -162,6 +162,9 @@ class AnthropicItems:
     def loads(self, items: Sequence[Item]) -> set[str]:
         return {name for m in items for b in blocks(m) for name in references(b)}
 
+    def uses(self, item: Item) -> set[str]:
+        return set(self.call_names(item).values())
+
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(
             b.get("type") in ("tool_use", "tool_result") for item in items for b in blocks(item)

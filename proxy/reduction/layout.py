@@ -241,7 +241,7 @@ def _shed(ctx: Context, carried: Sequence[Message]) -> Sequence[Message]:
     room, total = int(ctx.budget.limit * CARRIED_SHARE), ctx.tokens(carried)
     if total <= room:
         return carried
-    called = {name for m in ctx.working.tail for name in dialect.call_names(m).values()}
+    called = {name for m in ctx.working.tail for name in dialect.uses(m)}
     kept: list[Message] = []
     for at in range(0, len(carried), 2):
         pair = carried[at : at + 2]
