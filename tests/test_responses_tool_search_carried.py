@@ -166,6 +166,33 @@ def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
         previous, state, callable_ = red, red.state, loaded_by(red.messages)
 
 
+def test_a_call_needs_the_search_that_lists_its_tool() -> None:
+    """What a call needs loaded, as a tool search output lists it: a function by its name, a
+    namespace's function by its own name (the call gives the namespace apart), an MCP
+    server by its `server_label`, for its tools' calls and approval requests alike."""
+    crm = {"type": "namespace", "name": "crm", "tools": [function("get_invoice")]}
+    outputs = {
+        "function": search(1, ("get_weather",), False),
+        "namespace": [search(2, (), False)[0], search(2, (), False)[1] | {"tools": [crm]}],
+        "server": mcp_server(3, "github"),
+    }
+    call = called(4, "get_weather", 1)[0]
+    in_crm = called(5, "get_invoice", 1)[0] | {"namespace": "crm"}
+    run = mcp_called(6, "github", "search_issues", 1)
+    approval = {**run, "type": "mcp_approval_request", "id": "mcpr_7"}
+    other = mcp_called(8, "jira", "search_issues", 1)
+    needs = {
+        name: [RESPONSES.uses(c) <= RESPONSES.loads(loader) for c in (call, in_crm, run, approval)]
+        for name, loader in outputs.items()
+    }
+    assert needs == {
+        "function": [True, False, False, False],
+        "namespace": [False, True, False, False],
+        "server": [False, False, True, True],
+    }
+    assert not RESPONSES.uses(other) & RESPONSES.loads(outputs["server"])
+
+
 @pytest.mark.parametrize("strategy", CUTTING)
 def test_a_kept_call_of_an_mcp_server_keeps_the_search_that_loaded_the_server(
     strategy: str,
