@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.blocks import references
 from proxy.dialects import Item
 from proxy.dialects.anthropic import ANTHROPIC
 from proxy.mock import anthropic as mock_anthropic
@@ -228,3 +229,45 @@ def test_tiered_carries_the_searches_of_a_middle_it_compresses() -> None:
     body = forwarded(items, "tiered", 1000)
     assert body is not None
     assert "[summary of" in str(body["messages"]), "the middle went compressed"
+
+
+def carried_names(carried: list[Item]) -> list[str]:
+    """The tool each carried reference names, as many times as it is named."""
+    return [name for m in carried for b in m["content"] for name in references(b)]
+
+
+def test_overlapping_searches_are_carried_with_each_tool_referenced_once() -> None:
+    """Searches that find some tools again (Anthropic's and the app's): each carried result
+    holds only the references no carried one holds yet, in its order, so a definition is
+    expanded once; a search finding nothing new is not carried, and one carried before
+    keeps a later cut from carrying its tools again."""
+    first = {"role": "assistant", "content": searched(1, "get_weather", "get_time")}
+    second = {"role": "assistant", "content": searched(2, "get_time", "get_news", "get_time")}
+    app = loaded_by_app(3, "get_news", "get_weather")
+    span = [user(text("look")), first, second, *app]
+    carried = ANTHROPIC.loaders(span, [])
+    assert carried_names(carried) == ["get_weather", "get_time", "get_news"]
+    assert carried[0]["content"][:2] == searched(1, "get_weather", "get_time")
+    assert carried[0]["content"][3] == searched(2, "get_news")[1]
+    assert len(carried[0]["content"]) == 4, "the app's search loaded nothing new"
+    later = {"role": "assistant", "content": searched(4, "get_news", "get_weather", "get_time")}
+    assert ANTHROPIC.loaders([later], carried) == []
+    mock_anthropic.validate(body_of([user(text("look")), *carried[:1]]), HEADERS, {})
+
+
+def test_the_fake_takes_a_reference_to_a_tool_an_mcp_toolset_defers() -> None:
+    """Anthropic: a `tool_reference` may name a tool of an `mcp_toolset` whose
+    `default_config` (or its own entry in `configs`) defers it; the server's tool names are
+    not in the request, so any name goes where the toolset defers by default. A toolset
+    that defers only some tools still makes a reference to another one refused."""
+    ask = user(text("issues?"))
+    found = [ask, {"role": "assistant", "content": searched(1, "search_issues")}]
+    server = {"type": "mcp_toolset", "mcp_server_name": "github"}
+    by_default = {**server, "default_config": {"defer_loading": True}}
+    by_name = {**server, "configs": {"search_issues": {"defer_loading": True}}}
+    for toolset in (by_default, by_name):
+        mock_anthropic.validate(body_of(found) | {"tools": [*TOOLS, toolset]}, HEADERS, {})
+    other = [ask, {"role": "assistant", "content": searched(2, "list_repos")}]
+    for tools in ([*TOOLS, by_name], [*TOOLS, server]):
+        with pytest.raises(mock_anthropic.Invalid, match="list_repos"):
+            mock_anthropic.validate(body_of(other) | {"tools": tools}, HEADERS, {})

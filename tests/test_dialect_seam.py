@@ -62,6 +62,9 @@ class Items:
     def loads(self, items: Sequence[Item]) -> set[str]:
         return set()
 
+    def uses(self, item: Item) -> set[str]:
+        return set()
+
     def held_by(self, item: Item) -> tuple[str, ...]:
         return ()
 

@@ -88,7 +88,12 @@ class Dialect(Protocol):
         ...
 
     def loads(self, items: Sequence[Item]) -> set[str]:
-        """The names of the deferred tools `items` load (as `call_names` names a call of one)."""
+        """The deferred tools `items` load, keyed as `uses` keys a call of one."""
+        ...
+
+    def uses(self, item: Item) -> set[str]:
+        """The deferred tools the calls `item` makes need loaded (a tool's name, or what names
+        the set it belongs to, as `loads` names it)."""
         ...
 
     def holds_tools(self, items: Sequence[Item]) -> bool:

@@ -143,9 +143,8 @@ class AnthropicItems:
             use = uses.get(b.get("tool_use_id"))
             if use is None or set(names) <= have:
                 continue
-            have.update(names)
             # Breakpoints stay on the client's own blocks, never on these copies.
-            pair = [unmarked_block(use), unmarked_block(b)]
+            pair = [unmarked_block(use), unmarked_block(_referencing(b, have))]
             if b.get("type") == "tool_result":
                 calls.append(pair[0])
                 results.append(pair[1])
@@ -161,6 +160,9 @@ class AnthropicItems:
 
     def loads(self, items: Sequence[Item]) -> set[str]:
         return {name for m in items for b in blocks(m) for name in references(b)}
+
+    def uses(self, item: Item) -> set[str]:
+        return set(self.call_names(item).values())
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(
@@ -230,6 +232,27 @@ class AnthropicItems:
             )
         ]
         return {**item, "content": kept or [_text_block(STRAY_RESULTS)]}
+
+
+def _referencing(result: dict[str, Any], have: set[str]) -> dict[str, Any]:
+    """A search's result with only the references to tools not in `have` (once each), which
+    then holds them: a definition is expanded at each reference, so a tool referenced again
+    costs its definition again. Whatever else the result holds stays."""
+    inner = result.get("content")
+    listed = inner.get("tool_references") if isinstance(inner, dict) else inner
+    listed = listed if isinstance(listed, list) else []
+    kept: list[Any] = []
+    for part in listed:
+        name = references({"type": "tool_result", "content": [part]})
+        if name and name[0] in have:
+            continue
+        have.update(name)
+        kept.append(part)
+    if len(kept) == len(listed):
+        return result
+    if isinstance(inner, dict):
+        return {**result, "content": {**inner, "tool_references": kept}}
+    return {**result, "content": kept}
 
 
 ANTHROPIC = AnthropicItems()

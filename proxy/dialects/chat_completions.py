@@ -61,6 +61,9 @@ class ChatCompletions:
     def loads(self, items: Sequence[Item]) -> set[str]:
         return set()
 
+    def uses(self, item: Item) -> set[str]:
+        return set()
+
     def held_by(self, item: Item) -> tuple[str, ...]:
         return ()
 

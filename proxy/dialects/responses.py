@@ -49,6 +49,7 @@ PLACEHOLDERS = {
 }
 TEXT_OUTPUTS = frozenset(PLACEHOLDERS.values())
 SEARCH, SEARCHED = "tool_search_call", "tool_search_output"
+MCP_CALLS = frozenset({"mcp_call", "mcp_approval_request"})
 TOOL_TYPES = frozenset(CALLS) | frozenset(ANSWERS)
 TEXT_PARTS = frozenset({"input_text", "output_text"})
 
@@ -145,7 +146,8 @@ class ResponsesItems:
         return out
 
     def loads(self, items: Sequence[Item]) -> set[str]:
-        # By the name a call gives: a namespace's function by its own name.
+        # By the name a call gives: a namespace's function by its own name (a call names its
+        # namespace apart), an MCP server by its label (`_server`).
         names: set[str] = set()
         for item in items:
             for tool in item.get("tools") or () if kind(item) == SEARCHED else ():
@@ -153,7 +155,16 @@ class ResponsesItems:
                 for t in inner if isinstance(inner, list) else [tool]:
                     if isinstance(t, dict) and isinstance(t.get("name"), str):
                         names.add(t["name"])
+                    elif isinstance(t, dict) and t.get("type") == "mcp":
+                        names.add(_server(t))
         return names
+
+    def uses(self, item: Item) -> set[str]:
+        # A tool of a loaded MCP server is called by `server_label` and `name`, run by
+        # OpenAI (`mcp_call`) or awaiting the app's approval (`mcp_approval_request`).
+        if kind(item) in MCP_CALLS:
+            return {_server(item)}
+        return set(self.call_names(item).values())
 
     def holds_tools(self, items: Sequence[Item]) -> bool:
         return any(kind(i) in TOOL_TYPES for i in items)
@@ -206,6 +217,12 @@ class ResponsesItems:
         if found in TEXT_OUTPUTS and item.get("output") is not None:
             return {**item, "output": cut_blocks(item["output"], TEXT_PARTS, cut)}
         return item  # calls, reasoning, structured outputs
+
+
+def _server(item: Item) -> str:
+    """The key of an MCP server, loaded (an `mcp` tool) or called: no function name has a
+    colon, so it is never a function's."""
+    return f"mcp:{item.get('server_label')}"
 
 
 def _tool_names(tools: Any) -> list[str]:

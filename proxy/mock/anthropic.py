@@ -174,12 +174,29 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     return messages
 
 
+# Among `deferred` names: an MCP toolset defers its tools by default, whose names the
+# request does not give (no tool name has a star).
+ANY_MCP_TOOL = "*"
+
+
 def deferred(tools: Any) -> set[str]:
-    """The names of the tools a request defers (`defer_loading: true`): tool search loads them."""
-    listed = tools if isinstance(tools, list) else []
-    return {
-        str(t.get("name")) for t in listed if isinstance(t, dict) and t.get("defer_loading") is True
-    }
+    """The names of the tools a request defers (`defer_loading: true`): tool search loads them;
+    an `mcp_toolset`'s, by its `configs` or, with `ANY_MCP_TOOL`, its `default_config`."""
+    names: set[str] = set()
+    for t in tools if isinstance(tools, list) else ():
+        if not isinstance(t, dict):
+            continue
+        if t.get("defer_loading") is True:
+            names.add(str(t.get("name")))
+        if t.get("type") == "mcp_toolset":
+            default = t.get("default_config")
+            if isinstance(default, dict) and default.get("defer_loading") is True:
+                names.add(ANY_MCP_TOOL)
+            configs = t.get("configs")
+            for name, config in configs.items() if isinstance(configs, dict) else ():
+                if isinstance(config, dict) and config.get("defer_loading") is True:
+                    names.add(str(name))
+    return names
 
 
 def references(block: Json) -> list[str]:
@@ -207,7 +224,7 @@ class Loading:
     def read(self, i: int, message: Json) -> None:
         for b in blocks(message):
             for name in references(b):
-                if name not in self.deferred:
+                if name not in self.deferred and ANY_MCP_TOOL not in self.deferred:
                     raise Invalid(
                         f"messages.{i}: tool_reference {name!r} names no tool of `tools` with "
                         "defer_loading: true"

@@ -13,7 +13,9 @@ belongs to; instructions, input and tools fit the model's window
 or the previous response may stand for the input. A last user message
 containing "call tool NAME" gets a reasoning item and a call to NAME, one
 containing "search tools" a client-executed tool search, as does one calling a
-deferred function no tool search output in the input loaded; a last
+deferred function (or "call mcp tool NAME on SERVER", a deferred MCP server's tool)
+no tool search output in the input loaded; one calling a loaded MCP server's tool
+gets the `mcp_call` OpenAI made, with its output, and a message; a last
 function output or user message gets the voice's answer to it. Streams carry
 OpenAI's event sequence and end with `response.completed`, with no `[DONE]`.
 """
@@ -55,6 +57,9 @@ REQUIRED = {
     "local_shell_call": ("call_id",),
     "program": ("call_id", "code", "fingerprint"),
     "program_output": ("call_id", "result"),
+    # A call of an MCP server's tool, run by OpenAI (its output in it): by the server's label.
+    "mcp_call": ("id", "server_label", "name", "arguments"),
+    "mcp_approval_request": ("id", "server_label", "name", "arguments"),
 }
 # Tool search: what each item must carry, and how an error names the search.
 SEARCH, SEARCHED = "tool_search_call", "tool_search_output"
@@ -206,29 +211,45 @@ def validate(
 
 # "search tools ..." asks for a tool search the client runs (`execution: client`).
 SEARCHING = re.compile(r"search tools", re.IGNORECASE)
+# "call mcp tool NAME on SERVER" asks for a call of an MCP server's tool, which OpenAI runs.
+MCP = re.compile(r"call mcp tool (\w+) on (\w+)", re.IGNORECASE)
+
+
+def _key(tool: Any) -> str | None:
+    """A function by its name, an MCP server as `mcp:` and its label."""
+    if not isinstance(tool, dict):
+        return None
+    if tool.get("type") == "mcp":
+        return f"mcp:{tool.get('server_label')}"
+    name = tool.get("name")
+    return name if isinstance(name, str) else None
 
 
 def deferred(tools: Any) -> set[str]:
-    """The names of the functions `tools` defers (`defer_loading`), a namespace's included."""
+    """The functions (a namespace's included) and MCP servers `tools` defers (`defer_loading`),
+    keyed by `_key`."""
     names: set[str] = set()
     for tool in tools if isinstance(tools, list) else ():
         if isinstance(tool, dict):
             names |= deferred(tool.get("tools"))
-            if tool.get("defer_loading") is True and isinstance(tool.get("name"), str):
-                names.add(tool["name"])
+            key = _key(tool)
+            if tool.get("defer_loading") is True and key is not None:
+                names.add(key)
     return names
 
 
 def loaded(items: list[Json]) -> set[str]:
-    """The functions the input's tool search outputs load, a namespace's included."""
+    """The functions (a namespace's included) and MCP servers the input's tool search outputs
+    load, keyed by `_key`."""
     names: set[str] = set()
     for item in items:
         if item.get("type") == SEARCHED:
             for tool in item.get("tools") or ():
                 inner = tool.get("tools") if isinstance(tool, dict) else None
                 for t in inner if isinstance(inner, list) else [tool]:
-                    if isinstance(t, dict) and isinstance(t.get("name"), str):
-                        names.add(t["name"])
+                    key = _key(t)
+                    if key is not None:
+                        names.add(key)
     return names
 
 
@@ -242,7 +263,8 @@ def output_for(
     kind = last.get("type", "message")
     if kind == "message" and last.get("role") == "user":
         text = text_of(last.get("content"))
-        name = tool_name(text)
+        mcp = MCP.search(text)
+        name = f"mcp:{mcp.group(2)}" if mcp else tool_name(text)
         unloaded = name in deferred(tools) - loaded(items) and not chained
         if SEARCHING.search(text) or unloaded:
             return [
@@ -255,6 +277,8 @@ def output_for(
                     "arguments": {"query": text},
                 }
             ]
+        if mcp:
+            return [mcp_call(digest, mcp.group(2), mcp.group(1)), message(digest, "Done.")]
         if name:
             return [
                 {
@@ -277,6 +301,19 @@ def output_for(
     else:
         answer = "Noted."
     return [message(digest, answer)]
+
+
+def mcp_call(digest: str, server: str, name: str) -> Json:
+    """A call OpenAI made of tool `name` on the MCP server `server`, with its output."""
+    return {
+        "id": f"mcp_{digest}",
+        "type": "mcp_call",
+        "status": "completed",
+        "server_label": server,
+        "name": name,
+        "arguments": "{}",
+        "output": f"{name} on {server}: 3 results.",
+    }
 
 
 def message(digest: str, text: str) -> Json:

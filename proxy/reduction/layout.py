@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..dialects import Dialect
@@ -39,8 +40,11 @@ SUMMARY_HEADER = "Summary of the earlier conversation:"
 # The state's key for what carries the tools dropped spans loaded, forwarded after the summary.
 LOADED = "loaded"
 # The share of the limit what is carried may take before the loaders no call of the tail
-# needs are let go, oldest first (the model searches again for a tool it wants back).
+# needs are let go, oldest first (the model searches again for a tool it wants back), on a
+# turn whose request does not fit as it is.
 CARRIED_SHARE = 0.25
+# The kinds of a request forwarded as the turn before left it, grown only at its end.
+STANDING = frozenset({"none", "reused", "repaired"})
 
 
 def loaded(state: ReductionState) -> tuple[Message, ...]:
@@ -162,7 +166,31 @@ def finish(
     found = set(kinds)
     if selected is not None and not isinstance(selected, range):
         selected = list(selected)  # read again when the request is finished again
-    carried = _shed(ctx, loaded(ctx.state)) if carried is None else carried
+    again = partial(
+        finish,
+        ctx,
+        blocks=blocks,
+        kinds=kinds,
+        pieces=pieces,
+        selected=selected,
+        mandatory=mandatory,
+        skipped=skipped,
+        extra=extra,
+        requests=requests,
+        cut_kind=cut_kind,
+        fit=fit,
+        cut_to=cut_to,
+    )
+    if carried is None:
+        carried = loaded(ctx.state)
+        fewer = _shed(ctx, carried)
+        if len(fewer) < len(carried):
+            # Letting a search go changes the forwarded prefix (a prompt cache break) and
+            # makes the model search again: only when the request does not fit as it is.
+            whole = again(carried=carried)
+            if whole.dropped or set(whole.kinds) - STANDING:
+                return again(carried=fewer)
+            return whole
     head = ctx.head(blocks, carried)
     cut = _Cut(ctx, head, ctx.tokens(head), found, fit, cut_kind, cut_to)
     suffix = _suffix(ctx, pieces, selected, mandatory)
@@ -177,21 +205,7 @@ def finish(
         gone = [m for m in ctx.working.tail[:dropped] if id(m) not in sent]
         more = ctx.policy.dialect.loaders(gone, carried)
     if more:
-        return finish(
-            ctx,
-            blocks=blocks,
-            kinds=kinds,
-            pieces=pieces,
-            selected=selected,
-            mandatory=mandatory,
-            skipped=skipped,
-            extra=extra,
-            requests=requests,
-            cut_kind=cut_kind,
-            fit=fit,
-            cut_to=cut_to,
-            carried=[*carried, *more],
-        )
+        return again(carried=[*carried, *more])
     if not found - {"repaired"}:
         # Nothing new was cut; what an earlier turn cut or summarised still is.
         standing = blocks or ctx.state.tail_start + dropped > 0
@@ -219,14 +233,15 @@ def _shed(ctx: Context, carried: Sequence[Message]) -> Sequence[Message]:
     """What earlier cuts carried, less its oldest loaders (two items each, `Dialect.loaders`)
     whose tools no call of the tail names, while it takes over `CARRIED_SHARE` of the limit,
     when the model searches again for a tool let go (`Dialect.searches_again`). Only what
-    earlier turns carried: a loader this cut adds is let go on a later turn."""
+    earlier turns carried: a loader this cut adds is let go on a later turn that does not
+    fit (`finish` asks only then)."""
     dialect = ctx.policy.dialect
     if not dialect.searches_again:
         return carried
     room, total = int(ctx.budget.limit * CARRIED_SHARE), ctx.tokens(carried)
     if total <= room:
         return carried
-    called = {name for m in ctx.working.tail for name in dialect.call_names(m).values()}
+    called = {name for m in ctx.working.tail for name in dialect.uses(m)}
     kept: list[Message] = []
     for at in range(0, len(carried), 2):
         pair = carried[at : at + 2]
