@@ -278,6 +278,9 @@ class Agent(App):
         self.send({"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": text})
 
 
+# 900 requests through the real server, each checked: about a minute alone on 2 cores,
+# twice that on a loaded machine. The bound guards against a hang, not for speed.
+@pytest.mark.timeout(360)
 def test_300_agent_turns_with_mask_clear_results_before_any_summary(
     fake: tuple[MockUpstream, str], tmp_path: Path
 ) -> None:
