@@ -210,6 +210,12 @@ class RecallSettings:
         "embeddings: cosine similarity a message needs to be recalled.", default=0.35
     )
     max_tokens: int = _doc("Token cap of the recalled block.", default=2000)
+    feedback: bool = _doc(
+        "Pseudo-relevance feedback: where recall chose fewer than k messages for a question, "
+        "the places left go to other messages holding a word the chosen ones say seldom "
+        "(a pet's name, a car's make). No extra call; never a block where there was none.",
+        default=True,
+    )
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,7 @@ class Store(Protocol):
         asks: bool = True,
         forwarded: Set[str] = frozenset(),
         within: Set[str] | None = None,
+        feedback: Set[int] | None = None,
     ) -> list[SearchHit]:
         """Archived user, assistant and tool messages matching `words`, best first (a long
         one by its passages, each a hit of its own).
@@ -225,7 +226,9 @@ class Store(Protocol):
         among the `forwarded` ones, which the model reads already. `within`, the
         chain hashes of one branch, keeps hits and replies to that branch: two
         chats that open alike are branches of one conversation, and one never
-        reads the other's messages.
+        reads the other's messages. With `feedback` (the seqs of hits recall
+        chose), `words` are those hits' words, and a message passes when it holds
+        one of them said seldom (`relevance.bridged`).
 
         Only hits above the relevance floor of `proxy.store.search` count; the
         index catches up with the archive first, so the newest turn is searchable.

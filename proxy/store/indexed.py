@@ -112,11 +112,21 @@ class Searchable:
         asks: bool = True,
         forwarded: Set[str] = frozenset(),
         within: Set[str] | None = None,
+        feedback: Set[int] | None = None,
     ) -> list[SearchHit]:
         words = list(words)
 
         def op(db: sqlite3.Connection, conv: int) -> list[SearchHit]:
-            return search(db, conv, words, limit, asks=asks, forwarded=forwarded, within=within)
+            return search(
+                db,
+                conv,
+                words,
+                limit,
+                asks=asks,
+                forwarded=forwarded,
+                within=within,
+                feedback=feedback,
+            )
 
         return await self._indexed(key, op, [])
 

@@ -49,6 +49,9 @@ still a match. The floor asks more of a hit than a score:
   the provider's prompt cache every turn, for quotes the turn did not ask
   for. A statement that names something said once ("our beagle chewed my
   shoes again") still brings it back.
+- The words of the hits recall chose (pseudo-relevance feedback,
+  `proxy.feedback`) lead only where one of them is said in at most 2 other
+  messages: there it names what the hit does.
 """
 
 from __future__ import annotations
@@ -150,6 +153,24 @@ def passing(
     if asks and about:
         passed |= has_specific
     return sorted(passed)
+
+
+def bridged(postings: Mapping[str, Set[int]], hits: Set[int]) -> list[int]:
+    """The messages (by id), other than the `hits` (recall's chosen ones), that hold a word
+    of the hits that `leads` somewhere: what the feedback words lead to."""
+    return sorted(set().union(*(p - hits for w, p in postings.items() if leads(w, p, hits))))
+
+
+def leads(word: str, messages: Set[int], hits: Set[int]) -> bool:
+    """Whether `word`, in the `messages` (by id), is one of the `hits` said in at most
+    `RARE_DOCS` other messages.
+
+    Such a word names the same thing there (a dog's name, a car's make), as a
+    question's own specific word does; an everyday word the hits hold too leads
+    anywhere, and bare numbers recur by coincidence.
+    """
+    others = len(messages - hits)
+    return bool(messages & hits) and 0 < others <= RARE_DOCS and not word.isdigit()
 
 
 def _met(seen: Mapping[str, Set[int]], rare: float) -> set[int]:

@@ -38,6 +38,8 @@ from proxy.store.base import SearchHit, StoreError
 from proxy.store.replies import REPLIED, Replies, whole
 
 MAX_WORDS = 16
+# Feedback words (`search(feedback=)`) come from a few chosen hits, each word one index lookup.
+MAX_FEEDBACK_WORDS = 48
 # Messages holding a relation ("sister") read for the names it is called by.
 ALIAS_SAMPLE = 50
 MAX_ALIASES = 3
@@ -152,6 +154,7 @@ def search(
     asks: bool = True,
     forwarded: Set[str] = frozenset(),
     within: Set[str] | None = None,
+    feedback: Set[int] | None = None,
 ) -> list[SearchHit]:
     """The best `limit` hits above the relevance floor, best first.
 
@@ -161,9 +164,12 @@ def search(
     for a turn that asks nothing (`asks` false). Hits whose text is among the
     `forwarded` ones carry no replies. `within` (chain hashes) keeps hits and
     replies to one branch of the conversation; None searches every branch.
+    With `feedback` (the seqs of the hits recall chose), the `words` are theirs,
+    and the floor is `relevance.bridged`'s: other messages holding a word of
+    theirs said seldom.
     """
     forms = _grouped(words)
-    wanted = list(forms)[:MAX_WORDS]
+    wanted = list(forms)[: MAX_WORDS if feedback is None else MAX_FEEDBACK_WORDS]
     if not wanted or limit <= 0:
         return []
     tag = _tag(conv)
@@ -176,7 +182,13 @@ def search(
     if not total:
         return []
     postings = {w: _postings(db, tag, forms[w], within) for w in wanted}
-    forms, postings = _aliased(db, tag, forms, postings, within)
+    if feedback is None:
+        forms, postings = _aliased(db, tag, forms, postings, within)
+    else:  # only the words that lead somewhere are weighed, named and ranked by
+        postings = {
+            w: p for w, p in postings.items() if relevance.leads(w, set(p.values()), feedback)
+        }
+        wanted = [w for w in wanted if w in postings]
     names = [
         w
         for w, p in postings.items()
@@ -189,7 +201,10 @@ def search(
     # or what the question is about. Capitals inside a word ("UserService") are an
     # identifier's, which a question about code names without asking from outside.
     about = asks and any(w[:1].isupper() and w[1:].islower() for w in postings)
-    passing = set(relevance.passing(counted, total, asks=asks, about=about))
+    if feedback is None:
+        passing = set(relevance.passing(counted, total, asks=asks, about=about))
+    else:
+        passing = set(relevance.bridged(counted, feedback))
     wanted = [w for w in wanted if w not in names]
     eligible = sorted({r for w in wanted for r, seq in postings[w].items() if seq in passing})
     if not eligible:
@@ -399,6 +414,7 @@ def search_messages(
     limit: int,
     *,
     forwarded: Set[str] = frozenset(),
+    feedback: Set[int] | None = None,
 ) -> list[list[SearchHit]]:
     """`search` over messages no store holds yet, as it would run once they are archived:
     the hits of each of the `queries` (words, and whether they ask something).
@@ -410,7 +426,8 @@ def search_messages(
         create(db)
         add(db, 1, [(seq, "", message) for seq, message in enumerate(messages)])
         return [
-            search(db, 1, words, limit, asks=asks, forwarded=forwarded) for words, asks in queries
+            search(db, 1, words, limit, asks=asks, forwarded=forwarded, feedback=feedback)
+            for words, asks in queries
         ]
     except sqlite3.Error as exc:
         raise StoreError(f"search index: {exc}") from exc

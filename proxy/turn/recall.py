@@ -16,7 +16,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import english, recall
+from .. import english, feedback, recall
 from ..conversation import Turn
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
@@ -194,7 +194,7 @@ async def _search(
     # Forwarded messages (each of their passages) may rank first; ask for enough to skip them.
     limit = min(settings.k + rows, 1000)
     try:
-        hits, unjudged = await _ranked(
+        hits, unjudged, searched_own = await _ranked(
             ctx, key, question, headers, limit, context, forwarded, own, within
         )
     except StoreError:
@@ -205,6 +205,11 @@ async def _search(
     found = recall.fresh(
         hits, question, context, settings.k, unjudged=unjudged, forwarded=forwarded
     )
+    if settings.feedback and found and len(found) < settings.k and english.asking(question)[0]:
+        history = own[0] if own is not None and searched_own else None
+        searched = Searched.fed(question, found, limit, forwarded, within)
+        more = await _fed(ctx, key, searched, history)
+        found = feedback.extended(found, more, question, context, settings.k, forwarded)
     budget = min(settings.max_tokens, room)
     while found:
         quoted = recall.quoted(found)
@@ -233,10 +238,11 @@ async def _ranked(
     forwarded: frozenset[str],
     own: tuple[Sequence[Message], bool] | None,
     within: Set[str] | None,
-) -> tuple[list[SearchHit], frozenset[int]]:
+) -> tuple[list[SearchHit], frozenset[int], bool]:
     """The archive's messages for `question`, best first, by the configured method, and
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
-    all of them when the question asks beyond its words (`recall.asks_beyond`).
+    all of them when the question asks beyond its words (`recall.asks_beyond`); and
+    whether the hits come from the turn's `own` history (see `_lexical`).
     Embeddings judge a question by its meaning, not its words.
 
     Embeddings hits are kept only by the similarity margin above every forwarded
@@ -256,13 +262,13 @@ async def _ranked(
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None or searched_own:
-        return lexical, unjudged
+        return lexical, unjudged, searched_own
     try:
         (vector,) = await embedder.embed([question], headers)
     except EmbeddingsUnavailable as exc:
         ctx.metrics.embeddings.labels("failed").inc()
         log.info("recall for %s: embedding the question failed (%s)", key.conversation, exc)
-        return lexical, unjudged
+        return lexical, unjudged, False
     semantic = await ctx.store.nearest(
         key,
         embedder.model,
@@ -273,8 +279,9 @@ async def _ranked(
     )
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
-        return semantic, frozenset()
-    return recall.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic), unjudged
+        return semantic, frozenset(), False
+    fused = recall.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic)
+    return fused, unjudged, False
 
 
 async def _detailed(
@@ -328,6 +335,7 @@ class Searched:
     limit: int
     forwarded: frozenset[str]
     within: Set[str] | None = None
+    feedback: frozenset[int] | None = None
 
     @classmethod
     def of(
@@ -345,6 +353,19 @@ class Searched:
         queries = [(recall.terms(asked), True), (recall.terms(said), False)]
         return cls([(terms, asks) for terms, asks in queries if terms], limit, forwarded, within)
 
+    @classmethod
+    def fed(
+        cls,
+        question: str,
+        found: Sequence[SearchHit],
+        limit: int,
+        forwarded: frozenset[str],
+        within: Set[str] | None,
+    ) -> Searched:
+        """The pseudo-relevance feedback search of the hits recall chose (`proxy.feedback`)."""
+        terms = feedback.words(question, found)
+        return cls([(terms, False)], limit, forwarded, within, feedback.seqs(found))
+
     async def in_store(self, ctx: AppContext, key: ConvKey) -> list[SearchHit]:
         found = [
             await ctx.store.search(
@@ -354,13 +375,16 @@ class Searched:
                 asks=asks,
                 forwarded=self.forwarded,
                 within=self.within,
+                feedback=self.feedback,
             )
             for terms, asks in self.queries
         ]
         return self._merged(found)
 
     def in_history(self, history: Sequence[Message]) -> list[SearchHit]:
-        found = search_messages(history, self.queries, self.limit, forwarded=self.forwarded)
+        found = search_messages(
+            history, self.queries, self.limit, forwarded=self.forwarded, feedback=self.feedback
+        )
         return self._merged(found)
 
     def _merged(self, found: Sequence[Sequence[SearchHit]]) -> list[SearchHit]:
@@ -369,6 +393,20 @@ class Searched:
             for hit in each:
                 hits.setdefault((hit.seq, hit.text), hit)
         return list(hits.values())[: self.limit]
+
+
+async def _fed(
+    ctx: AppContext, key: ConvKey, searched: Searched, history: Sequence[Message] | None
+) -> list[SearchHit]:
+    """The hits of the feedback search, where the chosen hits were found (the turn's own
+    `history`, or the store): their seqs number those messages. Failing, it adds nothing."""
+    try:
+        if history is not None:
+            return await asyncio.to_thread(searched.in_history, history)
+        return await searched.in_store(ctx, key)
+    except StoreError:
+        ctx.metrics.store_errors.labels("search").inc()
+        return []
 
 
 async def _lexical(
