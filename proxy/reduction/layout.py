@@ -187,7 +187,10 @@ def finish(
         if len(fewer) < len(carried):
             # Letting a search go changes the forwarded prefix (a prompt cache break) and
             # makes the model search again: only when the request does not fit as it is.
-            whole = again(carried=carried)
+            try:
+                whole = again(carried=carried)
+            except ContextTooLarge:  # what fewer searches may leave room for
+                return again(carried=fewer)
             if whole.dropped or set(whole.kinds) - STANDING:
                 return again(carried=fewer)
             return whole
