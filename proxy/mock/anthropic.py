@@ -11,7 +11,8 @@ it never issues, from a recorded transcript, passes unchecked); at most four
 MCP) after their use, tools called from code naming that code, and their
 results alone in their message; tool search: a `tool_reference` (in a
 `tool_search_tool_result` or a `tool_result`) names a tool of `tools` with
-`defer_loading: true`, as Anthropic documents, and a `tool_use` of such a tool
+`defer_loading: true`, as Anthropic documents (an `mcp_toolset` deferring by
+default: any name `tools` does not list undeferred), and a `tool_use` of such a tool
 comes after a reference that loaded it (the definition enters the context at
 the reference; that a call without one is refused is this mock's reading,
 stricter than what Anthropic documents); the prompt and `max_tokens` within
