@@ -144,7 +144,7 @@ def loaded_by(items: Sequence[Message]) -> list[str]:
 
 
 @AGENTS
-@given(st.data(), st.sampled_from(CUTTING), st.integers(800, 4000))
+@given(st.data(), st.sampled_from((*CUTTING, "filter")), st.integers(800, 4000))
 def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
     data: st.DataObject, strategy: str, window: int
 ) -> None:
