@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from proxy.blocks import references
 from proxy.dialects import Item
 from proxy.dialects.anthropic import ANTHROPIC
+from proxy.mock import ECHO
 from proxy.mock import anthropic as mock_anthropic
 from proxy.reduction import STRATEGIES
 
@@ -271,3 +272,19 @@ def test_the_fake_takes_a_reference_to_a_tool_an_mcp_toolset_defers() -> None:
     for tools in ([*TOOLS, by_name], [*TOOLS, server]):
         with pytest.raises(mock_anthropic.Invalid, match="list_repos"):
             mock_anthropic.validate(body_of(other) | {"tools": tools}, HEADERS, {})
+
+
+def test_a_toolset_deferring_any_name_still_refuses_a_listed_tool_and_names_none() -> None:
+    """An `mcp_toolset` deferring its tools by default lets a reference name any tool the
+    request does not list, not one it lists without deferring (`find_tools`); the mock's
+    model never answers a search with the star standing for those names."""
+    toolset = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "github",
+        "default_config": {"defer_loading": True},
+    }
+    found = [user(text("tools?")), {"role": "assistant", "content": searched(1, "find_tools")}]
+    with pytest.raises(mock_anthropic.Invalid, match="find_tools"):
+        mock_anthropic.validate(body_of(found) | {"tools": [*TOOLS, toolset]}, HEADERS, {})
+    answer, _ = mock_anthropic.content_for([user(text("search tools"))], "d", ECHO, [toolset])
+    assert answer[1]["content"]["tool_references"] == []

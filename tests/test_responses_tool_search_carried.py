@@ -144,7 +144,7 @@ def loaded_by(items: Sequence[Message]) -> list[str]:
 
 
 @AGENTS
-@given(st.data(), st.sampled_from(CUTTING), st.integers(800, 4000))
+@given(st.data(), st.sampled_from((*CUTTING, "filter")), st.integers(800, 4000))
 def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
     data: st.DataObject, strategy: str, window: int
 ) -> None:
@@ -352,3 +352,29 @@ def test_through_the_server_an_agent_keeps_calling_the_mcp_server_it_loaded_once
     assert app.input[0] not in last, "the server's search went reduced"
     assert not servers_unloaded(last)
     assert len(loaded_by(last)) < len(names), ("nothing carried was let go", " ".join(app.kinds))
+
+
+@pytest.mark.parametrize("strategy", CUTTING)
+def test_a_turn_that_fits_only_without_the_searches_no_call_needs_lets_them_go(
+    strategy: str,
+) -> None:
+    """A last call too big to truncate (its arguments), after forty carried searches of
+    which the kept part calls one tool: with all of them the request exceeds the window
+    even truncated, without those no call needs it fits. The turn lets them go rather than
+    refuse the request (`ContextTooLarge`), keeping the one the call needs."""
+    carried = [m for i in range(40) for m in search(i, (f"tool_{i}",), False)]
+    state = ReductionState(tail_start=10, extra={"loaded": carried})
+    call, output = called(99, "tool_0", 10)
+    tail = (
+        {"role": "user", "content": "go on"},
+        call | {"arguments": "{" + "x" * 9200 + "}"},
+        output,
+    )
+    budget = Budget(3000)
+    assert sum(map(count, [*LEADING, *carried, *tail])) > budget.hard_limit
+    red = reduce(
+        Working(LEADING, tail, state), Policy(strategy=strategy, dialect=RESPONSES), budget, count
+    )
+    assert red.tokens_out <= budget.hard_limit
+    assert len(red.state.extra["loaded"]) < len(carried)
+    assert not unloaded_calls(red.messages)

@@ -11,7 +11,8 @@ it never issues, from a recorded transcript, passes unchecked); at most four
 MCP) after their use, tools called from code naming that code, and their
 results alone in their message; tool search: a `tool_reference` (in a
 `tool_search_tool_result` or a `tool_result`) names a tool of `tools` with
-`defer_loading: true`, as Anthropic documents, and a `tool_use` of such a tool
+`defer_loading: true`, as Anthropic documents (an `mcp_toolset` deferring by
+default: any name `tools` does not list undeferred), and a `tool_use` of such a tool
 comes after a reference that loaded it (the definition enters the context at
 the reference; that a call without one is refused is this mock's reading,
 stricter than what Anthropic documents); the prompt and `max_tokens` within
@@ -30,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Set
 from typing import Any
 
 from .voice import Voice, tool_name
@@ -126,7 +127,7 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     calls: list[str] = []
     served: set[str] = set()  # server and MCP tool uses so far (their results follow them)
     programmatic: set[str] = set()  # calls made from code execution
-    loading = Loading(deferred(body.get("tools")))
+    loading = Loading(deferred(body.get("tools")), undeferred(body.get("tools")))
     for i, message in enumerate(messages):
         server_tools(i, message, served, programmatic)
         loading.read(i, message)
@@ -199,6 +200,14 @@ def deferred(tools: Any) -> set[str]:
     return names
 
 
+def undeferred(tools: Any) -> set[str]:
+    """The names of the tools a request lists without deferring them: no reference may name
+    one, even where an `mcp_toolset` defers any other name."""
+    listed = tools if isinstance(tools, list) else []
+    named = {str(t["name"]) for t in listed if isinstance(t, dict) and "name" in t}
+    return named - deferred(tools)
+
+
 def references(block: Json) -> list[str]:
     """The tools a block loads: the `tool_reference`s of a tool search's result, or of a
     `tool_result` (a search the app runs itself)."""
@@ -218,13 +227,15 @@ def references(block: Json) -> list[str]:
 class Loading:
     """Tool search over a history: which deferred tools references loaded so far."""
 
-    def __init__(self, deferred: set[str]) -> None:
-        self.deferred, self.loaded = deferred, set[str]()
+    def __init__(self, deferred: set[str], undeferred: Set[str] = frozenset()) -> None:
+        self.deferred, self.undeferred, self.loaded = deferred, undeferred, set[str]()
 
     def read(self, i: int, message: Json) -> None:
         for b in blocks(message):
             for name in references(b):
-                if name not in self.deferred and ANY_MCP_TOOL not in self.deferred:
+                if name not in self.deferred and (
+                    ANY_MCP_TOOL not in self.deferred or name in self.undeferred
+                ):
                     raise Invalid(
                         f"messages.{i}: tool_reference {name!r} names no tool of `tools` with "
                         "defer_loading: true"
@@ -314,7 +325,8 @@ def content_for(
     search = SEARCH.search(text)
     if search:
         use = f"srvtoolu_{digest}"
-        found = sorted(n for n in deferred(tools) if search.group(1).lower() in n.lower())
+        named = deferred(tools) - {ANY_MCP_TOOL}  # a toolset's tools are not in the request
+        found = sorted(n for n in named if search.group(1).lower() in n.lower())
         refs = [{"type": "tool_reference", "tool_name": n} for n in found]
         result = {"type": "tool_search_tool_search_result", "tool_references": refs}
         return [

@@ -150,7 +150,8 @@ def reduce_filter(ctx: Context) -> Reduction:
     new_stored = [i for i in keep if i.tail < cut]
     dropped_units = len(items) - len(keep)
     kinds = reused | ({"filtered"} if dropped_units else set())
-    return _forward(ctx, new_stored, tail[cut:], cut, kinds)
+    gone = [m for i in stored if id(i) not in kept_ids for m in i.unit.forward]
+    return _forward(ctx, new_stored, tail[cut:], cut, kinds, gone)
 
 
 def _forward(
@@ -159,6 +160,7 @@ def _forward(
     tail: Sequence[_Item],
     cut: int,
     kinds: set[str],
+    stored_gone: Sequence[Message] = (),
 ) -> Reduction:
     pieces = [Unit((), i.unit.forward, dialect=i.unit.dialect) for i in stored] + [
         i.unit for i in tail
@@ -173,4 +175,5 @@ def _forward(
         skipped=sum(u.size for u in ctx.units[:cut]),
         extra={**ctx.state.extra, "kept": [i.entry() for i in stored]},
         cut_kind="filtered",
+        stored_gone=stored_gone,
     )

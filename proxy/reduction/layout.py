@@ -146,6 +146,7 @@ def finish(
     fit: bool = True,
     cut_to: int | None = None,
     carried: Sequence[Message] | None = None,
+    stored_gone: Sequence[Message] = (),
 ) -> Reduction:
     """Assemble the forwarded request, enforce the fit, and compute the next state.
 
@@ -162,6 +163,8 @@ def finish(
     the units this cut drops loaded tools besides, the request is finished again with
     them carried after the summary, and so cut to fit with them: the head only grows,
     so the cut only deepens and no carried search is also forwarded where it was.
+    `stored_gone`: what an earlier cut kept from before `tail_start` (`filter`'s stored
+    context) and this one drops: gone as the dropped units are, its loaders carried too.
     """
     found = set(kinds)
     if selected is not None and not isinstance(selected, range):
@@ -180,14 +183,18 @@ def finish(
         cut_kind=cut_kind,
         fit=fit,
         cut_to=cut_to,
+        stored_gone=stored_gone,
     )
     if carried is None:
         carried = loaded(ctx.state)
-        fewer = _shed(ctx, carried)
+        fewer = _shed(ctx, carried, pieces)
         if len(fewer) < len(carried):
             # Letting a search go changes the forwarded prefix (a prompt cache break) and
             # makes the model search again: only when the request does not fit as it is.
-            whole = again(carried=carried)
+            try:
+                whole = again(carried=carried)
+            except ContextTooLarge:  # what fewer searches may leave room for
+                return again(carried=fewer)
             if whole.dropped or set(whole.kinds) - STANDING:
                 return again(carried=fewer)
             return whole
@@ -200,10 +207,12 @@ def finish(
         out, total, evicted = _finish_general(cut, pieces, selected, mandatory)
     dropped = skipped + evicted
     more: list[Message] = []
-    if dropped:  # a cut (between cuts, what is carried stands, as the summary does)
-        sent = set(map(id, out))
-        gone = [m for m in ctx.working.tail[:dropped] if id(m) not in sent]
-        more = ctx.policy.dialect.loaders(gone, carried)
+    sent = set(map(id, out)) if dropped or stored_gone or pieces is not None else set()
+    # Pieces kept from before the tail (`filter`'s stored context) are cut too, as size 0.
+    cut_pieces = [m for p in pieces or () if not p.size for m in p.forward if id(m) not in sent]
+    if dropped or stored_gone or cut_pieces:  # a cut (between cuts, what is carried stands)
+        earlier = [m for m in ctx.working.tail[:dropped] if id(m) not in sent]
+        more = ctx.policy.dialect.loaders([*stored_gone, *cut_pieces, *earlier], carried)
     if more:
         return again(carried=[*carried, *more])
     if not found - {"repaired"}:
@@ -229,7 +238,9 @@ def finish(
     )
 
 
-def _shed(ctx: Context, carried: Sequence[Message]) -> Sequence[Message]:
+def _shed(
+    ctx: Context, carried: Sequence[Message], pieces: Sequence[Unit] | None = None
+) -> Sequence[Message]:
     """What earlier cuts carried, less its oldest loaders (two items each, `Dialect.loaders`)
     whose tools no call of the tail names, while it takes over `CARRIED_SHARE` of the limit,
     when the model searches again for a tool let go (`Dialect.searches_again`). Only what
@@ -241,7 +252,9 @@ def _shed(ctx: Context, carried: Sequence[Message]) -> Sequence[Message]:
     room, total = int(ctx.budget.limit * CARRIED_SHARE), ctx.tokens(carried)
     if total <= room:
         return carried
-    called = {name for m in ctx.working.tail for name in dialect.uses(m)}
+    # The tail's calls, and those of pieces kept from before it (`filter`'s stored context).
+    kept_before = (m for p in pieces or () for m in p.forward)
+    called = {name for m in (*ctx.working.tail, *kept_before) for name in dialect.uses(m)}
     kept: list[Message] = []
     for at in range(0, len(carried), 2):
         pair = carried[at : at + 2]
