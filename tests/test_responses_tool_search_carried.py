@@ -19,6 +19,7 @@ from proxy.messages import Message
 from proxy.mock import ECHO, MockUpstream
 from proxy.mock import responses as mock_responses
 from proxy.reduction import Budget, Policy, Reduction, ReductionState, Working, reduce
+from proxy.reduction.types import SummaryBlock
 from tests.servers import run_server, serve_proxy
 from tests.test_responses import LEADING, count
 from tests.test_responses_tool_search import called, function, search
@@ -377,4 +378,26 @@ def test_a_turn_that_fits_only_without_the_searches_no_call_needs_lets_them_go(
     )
     assert red.tokens_out <= budget.hard_limit
     assert len(red.state.extra["loaded"]) < len(carried)
+    assert not unloaded_calls(red.messages)
+
+
+def test_a_last_resort_shortens_the_summary_not_a_carried_search() -> None:
+    """Past the window with a long summary and a carried search, after the tail's older
+    messages are shortened: the summary is shortened next (the search is carried whole)."""
+    carried = search(0, ("tool_0",), False)
+    summary = SummaryBlock("The talk so far. " * 600, 1)
+    state = ReductionState(tail_start=1, summaries=(summary,), extra={"loaded": carried})
+    call, output = called(99, "tool_0", 1)
+    tail = (
+        {"role": "user", "content": "old"},
+        {"role": "user", "content": "go on"},
+        call | {"arguments": "{" + "x" * 4000 + "}"},
+        output,
+    )
+    budget = Budget(3000)
+    red = reduce(
+        Working(LEADING, tail, state), Policy(strategy="tokens", dialect=RESPONSES), budget, count
+    )
+    assert red.tokens_out <= budget.hard_limit
+    assert all(m in red.messages for m in carried)
     assert not unloaded_calls(red.messages)

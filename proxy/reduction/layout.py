@@ -199,7 +199,7 @@ def finish(
                 return again(carried=fewer)
             return whole
     head = ctx.head(blocks, carried)
-    cut = _Cut(ctx, head, ctx.tokens(head), found, fit, cut_kind, cut_to)
+    cut = _Cut(ctx, head, ctx.tokens(head), found, fit, cut_kind, cut_to, len(carried))
     suffix = _suffix(ctx, pieces, selected, mandatory)
     if suffix is not None:
         out, total, evicted = _finish_suffix(cut, *suffix)
@@ -306,6 +306,7 @@ class _Cut:
     fit: bool
     kind: str
     to: int | None
+    carried: int = 0  # the head ends with what is carried, after the summary
 
     def over(self, total: int) -> bool:
         return self.fit and total > self.ctx.budget.limit
@@ -323,7 +324,8 @@ class _Cut:
         """Truncate messages when cutting whole units was not enough."""
         if not self.over(total):
             return out, total
-        shortened, total = _last_resort(self.ctx, out, movable, len(self.head), total)
+        summary_end = len(self.head) - self.carried
+        shortened, total = _last_resort(self.ctx, out, movable, summary_end, total)
         if shortened is not out:
             self.found.add("truncated")
         return shortened, total
@@ -386,7 +388,7 @@ def _finish_general(
 
 
 def _last_resort(
-    ctx: Context, out: list[Message], movable: list[int], head_len: int, total: int
+    ctx: Context, out: list[Message], movable: list[int], summary_end: int, total: int
 ) -> tuple[list[Message], int]:
     budget = ctx.budget
     opens_turn = ctx.policy.dialect.opens_turn
@@ -397,7 +399,7 @@ def _last_resort(
     total = ctx.tokens(out)
     available = max(0, budget.hard_limit - REPLY_PRIMING)
     if total > available:
-        summary_at = [head_len - 1] if head_len > len(ctx.working.leading) else []
+        summary_at = [summary_end - 1] if summary_end > len(ctx.working.leading) else []
         out, _ = truncate_to_fit(out, summary_at + movable, total - available, ctx.count, dialect)
         total = ctx.tokens(out)
         if total > available:
