@@ -94,10 +94,11 @@ def test_alternate_never_merges_across_a_system_message() -> None:
     [
         [RULE, answer("a"), user(text("q2"))],  # a window that starts at the system message
         [answer("a0"), user(text("q")), RULE, answer("a")],
-        [user(text("q")), answer("a0"), RULE, answer("a")],  # its user message was dropped
     ],
 )
-def test_a_system_message_left_without_its_user_message_gets_one(kept: list[Item]) -> None:
+def test_a_system_message_a_window_leaves_first_gets_a_user_message_before_it(
+    kept: list[Item],
+) -> None:
     out = alternate(kept)
     assert out[0]["role"] == "user"
     at = next(i for i, m in enumerate(out) if m is RULE)
@@ -106,6 +107,19 @@ def test_a_system_message_left_without_its_user_message_gets_one(kept: list[Item
     mock_anthropic.validate(body(list(out)), HEADERS, {})
     if kept[0] is RULE:
         assert out[0] is OMITTED
+
+
+def test_a_placement_the_client_made_goes_as_it_is() -> None:
+    """After an assistant message or after another system message: nothing documented says
+    what Anthropic answers, so the proxy adds nothing and Anthropic answers it (the fake,
+    reading only the documented rule, refuses both)."""
+    for items in (
+        [user(text("q")), answer("a"), RULE],
+        [user(text("q")), RULE, BLOCKS, answer("a")],
+    ):
+        assert alternate(items) is items
+        with pytest.raises(mock_anthropic.Invalid):
+            mock_anthropic.validate(body(items), HEADERS, {})
 
 
 @st.composite

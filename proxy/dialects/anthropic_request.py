@@ -7,7 +7,7 @@ server tools, compaction, types added later) pass as they are. `system`,
 `tools` and every other field go upstream as the client sent them. A
 mid-conversation system message (role "system" in `messages`) is read like
 the others and stays where the client put it: merging never crosses it, and
-one a reduction left without the user message before it gets a placeholder.
+one a window left first gets a placeholder user message before it.
 """
 
 from __future__ import annotations
@@ -91,8 +91,9 @@ def alternate(items: Sequence[Item]) -> Sequence[Item]:
     window that cut the history before an answer, or before a system message
     (which Anthropic takes right after a user message), gets a short user
     message saying so. System messages are never merged: each stays where the
-    client put it. A history that already alternates is returned as it is,
-    the same objects.
+    client put it, after a user message or not (no reduction drops a user
+    message between an answer and a system message it keeps). A history
+    that already alternates is returned as it is, the same objects.
     """
     if all(_fits(a, b) for a, b in zip([None, *items], items, strict=False)):
         return items
@@ -113,10 +114,7 @@ def _fits(before: Item | None, item: Item) -> bool:
     role = item.get("role")
     if before is None:
         return role == "user"
-    previous = before.get("role")
-    if role == "system":
-        return previous != "assistant"  # after a user message, or where the client put it
-    return previous != role
+    return role == "system" or before.get("role") != role
 
 
 def merged(first: Item, second: Item) -> Item:
