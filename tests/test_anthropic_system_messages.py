@@ -47,6 +47,7 @@ def test_a_system_message_without_content_is_refused_in_the_proxys_words() -> No
     with pytest.raises(ProxyError) as refused:
         parse(orjson.dumps(body([user(text("hi")), {"role": "system"}])))
     assert refused.value.status == 400
+    assert refused.value.message == "messages.1.content: a string or an array of blocks."
 
 
 @pytest.mark.parametrize(
