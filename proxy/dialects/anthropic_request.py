@@ -4,12 +4,14 @@ As for the other wires, only what the proxy must understand is checked:
 the messages and the type of each content block, so that it can pair
 `tool_use` with `tool_result`. Block types it does not know (documents,
 server tools, compaction, types added later) pass as they are. `system`,
-`tools` and every other field go upstream as the client sent them.
+`tools` and every other field go upstream as the client sent them. A
+mid-conversation system message (role "system" in `messages`) is read like
+the others and stays where the client put it: merging never crosses it, and
+one a window left first gets a placeholder user message before it.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +19,7 @@ from ..errors import ProxyError
 from . import Item
 from . import body as body_checks
 
-ROLES = ("user", "assistant")
+ROLES = ("user", "assistant", "system")
 # Before a history that a reduction left starting with the assistant's message.
 OMITTED = {"role": "user", "content": [{"type": "text", "text": "[Earlier turns omitted.]"}]}
 
@@ -49,7 +51,7 @@ def check_message(message: Any, index: int) -> None:
     if role not in ROLES:
         raise ProxyError(
             400,
-            f"{where}.role: must be 'user' or 'assistant'; got {role!r}.",
+            f"{where}.role: must be 'user', 'assistant' or 'system'; got {role!r}.",
             param=f"{where}.role",
         )
     content = message.get("content")
@@ -86,21 +88,33 @@ def alternate(items: Sequence[Item]) -> Sequence[Item]:
     The core adds user messages (a summary, a placeholder, a recall block)
     beside the client's. Merged, a user message's `tool_result` blocks come
     first, as Anthropic requires, each block otherwise in its order. A
-    window that cut the history before an answer gets a short user message
-    saying so. A history that already alternates is returned as it is, the
-    same objects.
+    window that cut the history before an answer, or before a system message
+    (which Anthropic takes right after a user message), gets a short user
+    message saying so. System messages are never merged: each stays where the
+    client put it, after a user message or not (no reduction drops a user
+    message between an answer and a system message it keeps). A history
+    that already alternates is returned as it is, the same objects.
     """
-    if items and items[0].get("role") == "assistant":
-        items = [OMITTED, *items]
-    if all(a.get("role") != b.get("role") for a, b in itertools.pairwise(items)):
+    if all(_fits(a, b) for a, b in zip([None, *items], items, strict=False)):
         return items
     out: list[Item] = []
     for item in items:
-        if out and out[-1].get("role") == item.get("role"):
-            out[-1] = merged(out[-1], item)
-        else:
-            out.append(item)
+        before = out[-1] if out else None
+        if before is not None and before.get("role") == item.get("role") != "system":
+            out[-1] = merged(before, item)
+            continue
+        if not _fits(before, item):
+            out.append(OMITTED)
+        out.append(item)
     return out
+
+
+def _fits(before: Item | None, item: Item) -> bool:
+    """Whether `item` can follow `before` (None: it opens the history) as it is."""
+    role = item.get("role")
+    if before is None:
+        return role == "user"
+    return role == "system" or before.get("role") != role
 
 
 def merged(first: Item, second: Item) -> Item:

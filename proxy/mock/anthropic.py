@@ -2,7 +2,9 @@
 
 Checks: `x-api-key` (or a bearer token) and `anthropic-version` headers;
 `model`, a positive `max_tokens`, `system` a string or text blocks; messages
-that start with a user message and alternate; every `tool_use` answered by
+that start with a user message and alternate (system messages aside); a
+system message in `messages` right after a user message, holding text or
+tool change blocks; every `tool_use` answered by
 a `tool_result` at the start of the next user message, and every result
 answering a call of the message before; thinking blocks first in their
 message, with the signature this mock gave them (a signature
@@ -128,12 +130,17 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     served: set[str] = set()  # server and MCP tool uses so far (their results follow them)
     programmatic: set[str] = set()  # calls made from code execution
     loading = Loading(deferred(body.get("tools")), undeferred(body.get("tools")))
+    said: str | None = None  # the role of the last message that is not a system message
     for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "system":
+            system_message(i, message, messages[i - 1])
+            continue
         server_tools(i, message, served, programmatic)
         loading.read(i, message)
-        role = message.get("role")
-        if i and role == messages[i - 1].get("role"):
+        if role == said:
             raise Invalid(f'messages.{i}: roles must alternate between "user" and "assistant"')
+        said = role
         content = blocks(message)
         results = [b.get("tool_use_id") for b in content if b.get("type") == "tool_result"]
         if role == "user":
@@ -173,6 +180,20 @@ def validate(body: Any, headers: Mapping[str, str], windows: dict[str, int]) -> 
     if limit is not None and tokens + max_tokens > limit:
         raise Invalid(f"prompt is too long: {tokens} tokens > {limit - max_tokens} maximum")
     return messages
+
+
+# What a mid-conversation system message may hold: instructions, and the tool changes of
+# the beta `mid-conversation-tool-changes-2026-07-01`.
+SYSTEM_BLOCKS = frozenset({"text", "tool_addition", "tool_removal"})
+
+
+def system_message(i: int, message: Json, before: Json) -> None:
+    """Anthropic's documented rules for a system message in `messages`: its content, and
+    its place right after a user message (the first message is a user's, checked before)."""
+    if any(b.get("type") not in SYSTEM_BLOCKS for b in blocks(message)):
+        raise Invalid(f"messages.{i}: a system message holds text or tool change blocks only")
+    if before.get("role") != "user":
+        raise Invalid(f"messages.{i}: a system message must come right after a user message")
 
 
 # Among `deferred` names: an MCP toolset defers its tools by default, whose names the
@@ -305,6 +326,8 @@ def content_for(
     messages: list[Json], digest: str, voice: Voice, tools: Any = ()
 ) -> tuple[list[Json], str]:
     """The content blocks answering the last message, and the stop reason."""
+    # A system message instructs; the answer is to the user's message before it.
+    messages = [m for m in messages if m.get("role") != "system"]
     last = messages[-1]
     results = [b for b in blocks(last) if b.get("type") == "tool_result"]
     if results:
