@@ -171,8 +171,9 @@ def test_what_is_carried_changes_only_on_a_turn_that_would_not_fit(
         body.append({"role": "assistant", "content": f"a{n} " * data.draw(st.integers(1, 60))})
         red = turn(body, state, strategy, budget)
         assert not unloaded_calls(red.messages) and not servers_unloaded(red.messages), n
-        # `filter` is held to its loaders only: a full-suite run found a fitting turn of it
-        # that did not extend the turn before's input (not reproduced alone).
+        # `filter` is held to its loaders only: it also reduces by message count (past
+        # target_messages + threshold_messages), so a turn under the token limit may still
+        # not fit as it is by its rule, and let a carried search go.
         fits = previous is not None and fit_as_it_was(previous, red, budget)
         if fits and previous is not None and strategy in CUTTING:
             assert grew_at_its_end(previous, red), (n, red.kinds)
