@@ -76,7 +76,6 @@ class SqliteStore(indexed.Searchable):
         backoff_s: float = 30.0,
     ) -> None:
         self.path = path
-        self._backoff_s = backoff_s
         self._read_only = read_only
         self._ttl_s = 0 if read_only else ttl_s
         self._max_snapshots = max(1, max_snapshots)
@@ -101,7 +100,8 @@ class SqliteStore(indexed.Searchable):
         # conversation's turns are written in order, so waiting for it waits for all).
         self._queued: dict[ConvKey, asyncio.Future[Any]] = {}
         # Turns are written from the loop's thread when the file allows it (see `writer`).
-        self._writer = Writer(path, None, lambda: self._db, self._executor, busy_timeout_s, self)
+        db, executor = (lambda: self._db), self._executor
+        self._writer = Writer(path, None, db, executor, busy_timeout_s, self, backoff_s)
         self._identity: tuple[int, int] | None = None  # the file's (device, inode) at open
         self._lost: str | None = None  # what the checkpointer last found wrong with the file
         try:
@@ -171,12 +171,9 @@ class SqliteStore(indexed.Searchable):
 
     def problem(self) -> str | None:
         """Why turns cannot be written now; None while the file takes them."""
-        refusing = self._writer.refusing(self._backoff_s)
-        if refusing is not None:
-            return f"writes fail: {refusing}"
         if self._identity is None or self._read_only:
-            return None
-        return connections.file_problem(self.path, self._identity)
+            return self._writer.refusing()
+        return self._writer.refusing() or connections.file_problem(self.path, self._identity)
 
     def failing(self) -> bool:
         # A deleted file still takes writes: the checkpointer's thread looks at the path.

@@ -89,8 +89,10 @@ class Writer:
         executor: ThreadPoolExecutor,
         busy_timeout_s: float,
         hooks: GroupHooks,
+        backoff_s: float = 30.0,
     ) -> None:
         self.path = path
+        self._backoff_s = backoff_s
         self.here = here
         self.error: str | None = None
         self._failed_at = float("-inf")  # `time.monotonic()` of the last group that failed
@@ -278,10 +280,10 @@ class Writer:
         self.error = str(exc)
         self._failed_at = time.monotonic()
 
-    def refusing(self, backoff_s: float) -> str | None:
+    def refusing(self) -> str | None:
         """Why writes fail, while the last failed group's error stands (`standing`)."""
-        failed = None if self.error is None else (self.error, self._failed_at)
-        return standing(failed, time.monotonic(), backoff_s)
+        failed = None if self.error is None else (f"writes fail: {self.error}", self._failed_at)
+        return standing(failed, time.monotonic(), self._backoff_s)
 
 
 def _settle(jobs: list[_Job], results: list[tuple[bool, Any]]) -> None:
