@@ -578,6 +578,14 @@ def appending_on_redis(url: str) -> Iterator[tuple[openai.OpenAI, openai.OpenAI,
         admin.close()
 
 
+def answered_on_a_full_redis(appending: openai.OpenAI, admin: Any, text: str) -> None:
+    """An append turn answered while Redis refuses every write (out of memory): kept
+    unwritten by the server; then Redis has room again."""
+    admin.config_set("maxmemory", 1)
+    said(appending, [], text)
+    admin.config_set("maxmemory", 0)
+
+
 def test_a_streamed_append_turn_a_full_redis_refused_is_written_once_it_has_room(
     stoppable_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
@@ -605,9 +613,7 @@ def test_an_append_turn_kept_unwritten_is_written_as_the_server_stops_if_the_sto
 ) -> None:
     url = stoppable_redis[0]
     with appending_on_redis(url) as (_, appending, _, admin):
-        admin.config_set("maxmemory", 1)  # every write refused: out of memory
-        said(appending, [], "answered on a full Redis")
-        admin.config_set("maxmemory", 0)
+        answered_on_a_full_redis(appending, admin, "answered on a full Redis")
     # The app sent no other turn; the server stopped, and the next one finds the turn.
     with redis_proxy("http://127.0.0.1:9", url) as proxy_url:
         kept = archived(proxy_url)
@@ -619,9 +625,7 @@ def test_a_full_history_turn_supersedes_the_append_turn_kept_unwritten(
     stoppable_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
     with appending_on_redis(stoppable_redis[0]) as (full, appending, proxy_url, admin):
-        admin.config_set("maxmemory", 1)  # every write refused: out of memory
-        said(appending, [], "on a full Redis")  # kept unwritten
-        admin.config_set("maxmemory", 0)
+        answered_on_a_full_redis(appending, admin, "on a full Redis")
         # The app resends its whole history, the kept turn in it, then appends again.
         history: list[dict[str, Any]] = [
             {"role": "user", "content": "first"},
@@ -643,9 +647,7 @@ def test_a_kept_turn_is_not_written_after_turns_another_process_stored_since(
 
     url = stoppable_redis[0]
     with appending_on_redis(url) as (_, appending, proxy_url, admin):
-        admin.config_set("maxmemory", 1)  # every write refused: out of memory
-        said(appending, [], "kept by the first process")
-        admin.config_set("maxmemory", 0)
+        answered_on_a_full_redis(appending, admin, "kept by the first process")
         with run_server(MockUpstream().app) as upstream, redis_proxy(upstream, url) as other:
             api = openai.OpenAI(base_url=other + "/v1", api_key="sk-faults", max_retries=0)
             said(api.with_options(default_headers=appending.default_headers), [], "second process")
