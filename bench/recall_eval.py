@@ -11,11 +11,12 @@ Without FILE the development set (`bench.recall_set`) is used, and the three set
 written apart from the recall rules are reported below it; FILE holds one
 conversation a line, as `Conversation.as_json` writes it.
 
-Reported per configuration: questions with their evidence forwarded, evidence
-turns forwarded, tokens forwarded against the whole history, and false recalls
-(a recall block for a question nothing in the conversation answers); for a
-replayed configuration also the replay's own requests that got a recall block,
-and those that extended the request before them as an exact prefix (what a
+Reported per configuration: questions with their evidence forwarded, questions
+with at least one of their evidence turns forwarded, evidence turns forwarded,
+tokens forwarded against the whole history, and false recalls (a recall block
+for a question nothing in the conversation answers); for a replayed
+configuration also the replay's own requests that got a recall block, and
+those that extended the request before them as an exact prefix (what a
 provider's prompt cache needs). A client that resends only its last messages
 has its tokens counted against what it sent, and the rows its store archived
 a message said.
@@ -68,6 +69,9 @@ class Score:
     found: int = 0
     evidence_turns: int = 0
     turns_found: int = 0
+    # Questions with at least one evidence turn forwarded (whole, or its answer's sentence):
+    # the held-out benchmark's own measure, stricter than answer words found anywhere.
+    with_turn: int = 0
     unanswerable: int = 0
     false_recalls: int = 0
     shares: list[float] | None = None
@@ -84,6 +88,10 @@ class Score:
     @property
     def found_share(self) -> float:
         return _share(self.found, self.answerable)
+
+    @property
+    def with_turn_share(self) -> float:
+        return _share(self.with_turn, self.answerable)
 
     @property
     def turns_share(self) -> float:
@@ -111,7 +119,8 @@ class Score:
             replay += f", {self.archived / self.said:.2f} archived rows a message"
         return (
             f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
-            f"({self.found}/{self.answerable})  evidence turns {self.turns_share:6.1%}  "
+            f"({self.found}/{self.answerable})  with a turn {self.with_turn_share:6.1%}  "
+            f"evidence turns {self.turns_share:6.1%}  "
             f"tokens forwarded {self.tokens_share:6.1%}  "
             f"false recalls {self.false_recalls}/{self.unanswerable}{replay}"
         )
@@ -268,6 +277,7 @@ def _score(
     reached = [_reached(said[i]["content"], question.answer, seen) for i in question.evidence]
     score.evidence_turns += len(reached)
     score.turns_found += sum(reached)
+    score.with_turn += any(reached)
     if question.answer:
         score.found += all(word in seen for word in question.answer)
     else:  # a file without answer words: one evidence turn forwarded is enough
