@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from proxy import english, recall
@@ -51,12 +51,21 @@ def test_a_passing_message_holds_a_specific_word_and_half_the_weight(
 
 
 @given(POSTINGS, st.integers(40, 400))
+@example(  # two words meeting once, beside a word never said
+    {"passport": frozenset(), "museum": {0}, "walk": {0, 1, 2}, "coffee": {0, 1, 3}}, 40
+)
 def test_a_question_naming_whom_it_asks_about_passes_every_message_with_a_specific_word(
     postings: dict[str, frozenset[int]], total: int
 ) -> None:
     named = set(relevance.passing(postings, total, about=True))
     rare = max(relevance.RARE_DOCS, relevance.RARE_SHARE * total)
     specific = {i for w, p in postings.items() if len(p) <= rare and not w.isdigit() for i in p}
+    # Where the question asks beyond its subject (a word never said), two of its words
+    # said together as seldom are as specific as one word ("Two words that meet").
+    if any(not p and not w[:1].isupper() for w, p in postings.items()):
+        said = [w for w, p in postings.items() if p and not w.isdigit()]
+        pairs = (postings[a] & postings[b] for a, b in itertools.combinations(said, 2))
+        specific |= {i for both in pairs if len(both) <= rare for i in both}
     assert specific | set(relevance.passing(postings, total)) == named
     # A turn that asks nothing names no subject that way: its floor is unchanged.
     stated = relevance.passing(postings, total, asks=False)
