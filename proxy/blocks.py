@@ -70,9 +70,18 @@ def _block_as_meant(block: Any) -> Any:
     inner = nested
     if type(nested) is list:
         inner = as_meant(nested) if block.get("type") == "tool_result" else _unmarked(nested)
-    if "cache_control" not in block and inner is nested and None not in block.values():
+    if (
+        "cache_control" not in block
+        and inner is nested
+        and None not in block.values()
+        and not any(block.get(k) == [] for k in _EMPTY_SAYS_NOTHING)
+    ):
         return block
-    out = {k: v for k, v in block.items() if k != "cache_control" and v is not None}
+    out = {
+        k: v
+        for k, v in block.items()
+        if k != "cache_control" and v is not None and not (v == [] and k in _EMPTY_SAYS_NOTHING)
+    }
     if inner is not nested:
         out["content"] = inner
     return out
@@ -82,10 +91,15 @@ def _plain_text(block: Any) -> bool:
     """A text block with nothing but its text, which means what the string would."""
     if type(block) is not dict or block.keys() != _TEXT_KEYS:
         return False
-    return block["type"] == "text" and type(block["text"]) is str
+    return block["type"] in _TEXT_TYPES and type(block["text"]) is str
 
 
 _TEXT_KEYS = frozenset(["type", "text"])
+# Anthropic's and chat's text block, and the Responses API's in a request and an answer.
+_TEXT_TYPES = frozenset(["text", "input_text", "output_text"])
+# A Responses answer's text block lists its citations and log probabilities, empty when
+# it has none: as an app that resends the text alone says.
+_EMPTY_SAYS_NOTHING = ("annotations", "logprobs")
 
 
 def marked(message: Message) -> bool:

@@ -123,10 +123,18 @@ def as_meant(message: Message) -> Message:
     response-only fields that say nothing (`content: null` stays: the proxy
     stores it so, and an answer resent without its `content`, as
     `exclude_none` serialises a tool call's message, reads as that null).
+    A Responses item names its kind (`"type": "message"`, which the role tells
+    already) and an answer item its response's `id` and `status`: an app that
+    keeps its history as chat messages resends the answer as
+    `{"role": "assistant", "content": "..."}`, the same message.
     Only the identity changes: a message goes upstream as the client sent it.
     """
     if type(message) is not dict:
         return message
+    kind = message.get("type")
+    unsaid = _ITEM_ONLY.get(kind, ()) if kind is None or type(kind) is str else ()
+    if unsaid and any(k in message for k in unsaid):
+        message = {k: v for k, v in message.items() if k not in unsaid}
     content = message.get("content")
     if type(content) is list:
         meant = blocks.as_meant(content)
@@ -147,6 +155,15 @@ def _empty(value: object) -> bool:
 
 # Fields of an answer that a client may resend as parsed, null or empty.
 _RESPONSE_ONLY = frozenset(["refusal", "annotations", "audio", "function_call", "tool_calls"])
+# What a Responses item's fields say nothing of, by its `type`: a message's kind (its role
+# tells it), an item's id and status (a call is answered by its `call_id`). `None`: a
+# message written without a `type`, as apps that keep chat messages write it.
+_ITEM_ONLY: dict[str | None, tuple[str, ...]] = {
+    None: ("id", "status"),
+    "message": ("type", "id", "status"),
+    "function_call": ("id", "status"),
+    "custom_tool_call": ("id", "status"),
+}
 
 
 def chain(digest_: bytes, parent: str = "") -> str:
