@@ -49,10 +49,12 @@ from proxy.mock.embeddings import embedding_of
 from proxy.settings import Settings
 from proxy.tokens import offline_counter
 
+from . import recall_wires
 from .recall_fourth import chats as fourth_chats
 from .recall_other import chats
 from .recall_set import VARIANTS, Conversation, Question, dev_set
 from .recall_third import chats as third_chats
+from .recall_wires import WireUpstream
 
 MODEL = "recall-eval"
 SUMMARIZER = "context-proxy summarizer"
@@ -166,13 +168,15 @@ def evaluate(
     plain: bool = False,
     replay: bool = True,
     trim: int | None = None,
+    wire: str = "chat",
 ) -> Score:
     """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off).
 
     Without `replay` the proxy meets each conversation with its whole history
     at the question (an app that starts using it mid-conversation). With
     `trim` the app resends its instructions and only its last `trim` messages,
-    and the score counts the rows the store archived.
+    and the score counts the rows the store archived. `wire`: the API the app
+    speaks (`chat`, or one of `recall_wires.WIRES`).
     """
     from starlette.testclient import TestClient
 
@@ -181,14 +185,15 @@ def evaluate(
         for number, convo in enumerate(conversations):
             replayed = Path(tmp) / f"c{number}.db"
             headers = {"authorization": "Bearer sk-eval", "x-conversation-id": f"c{number}"}
-            upstream = Upstream()
+            upstream = Upstream() if wire == "chat" else WireUpstream(wire)
             settings = _settings(replayed, window, recall, method, k, max_tokens)
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                 before: list[dict[str, Any]] | None = None
                 for i, message in enumerate(convo.messages if replay else ()):
                     if message["role"] == "assistant" and i:
                         upstream.answer, upstream.last = message["content"], []
-                        response = _send(client, _window(convo.messages[:i], trim), headers)
+                        sent = _window(convo.messages[:i], trim)
+                        response = _send(client, wire, sent, headers)
                         if response.status_code != 200:
                             raise RuntimeError(f"replay request {i}: {response.text}")
                         score.replayed += 1
@@ -208,9 +213,15 @@ def evaluate(
                 settings = _settings(copy, window, recall, method, k, max_tokens)
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
-                    response = _send(client, _window(asked, trim), headers)
+                    response = _send(client, wire, _window(asked, trim), headers)
                 extra = _plain_top(convo.messages, question.text, k) if plain else []
-                _score(score, question, convo.messages, upstream.last, response, extra)
+                forwarded = upstream.last
+                seen = (
+                    [str(m.get("content", "")) for m in forwarded[:-1]]
+                    if wire == "chat"
+                    else recall_wires.said(forwarded, question.text)
+                )
+                _score(score, question, convo.messages, seen, response, extra)
     return score
 
 
@@ -236,6 +247,7 @@ def _settings(
         env={},
         overrides={
             "upstream": {"base_url": "http://upstream.invalid/v1"},
+            "anthropic": {"base_url": "http://upstream.invalid"},
             "store": {"backend": "sqlite", "path": str(path)},
             # Summaries made when the trigger is crossed, not prepared in the background:
             # what a request forwards then does not depend on how fast the machine is.
@@ -246,11 +258,17 @@ def _settings(
     )
 
 
-def _app(settings: Settings, upstream: Upstream) -> Any:
-    return create_app(settings, transport=httpx.MockTransport(upstream), counter=offline_counter())
+def _app(settings: Settings, upstream: Upstream | WireUpstream) -> Any:
+    transport = upstream.transport if isinstance(upstream, WireUpstream) else None
+    transport = transport or httpx.MockTransport(upstream)
+    return create_app(settings, transport=transport, counter=offline_counter())
 
 
-def _send(client: Any, messages: list[dict[str, str]], headers: dict[str, str]) -> httpx.Response:
+def _send(
+    client: Any, wire: str, messages: list[dict[str, str]], headers: dict[str, str]
+) -> httpx.Response:
+    if wire != "chat":
+        return recall_wires.send(client, wire, MODEL, messages, headers)
     body = {"model": MODEL, "messages": messages}
     response: httpx.Response = client.post("/v1/chat/completions", json=body, headers=headers)
     return response
@@ -260,7 +278,7 @@ def _score(
     score: Score,
     question: Question,
     said: list[dict[str, str]],
-    forwarded: list[dict[str, Any]],
+    forwarded: Sequence[str],
     response: httpx.Response,
     extra: Sequence[str] = (),
 ) -> None:
@@ -273,7 +291,7 @@ def _score(
             score.recalled_falsely.append(question.text)
         return
     score.answerable += 1
-    seen = " ".join([*(str(m.get("content", "")) for m in forwarded[:-1]), *extra])
+    seen = " ".join([*forwarded, *extra])
     reached = [_reached(said[i]["content"], question.answer, seen) for i in question.evidence]
     score.evidence_turns += len(reached)
     score.turns_found += sum(reached)
@@ -372,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     print(met.line())
     trimmed = evaluate(conversations, "... client keeps 60 messages", window=args.window, trim=60)
     print(trimmed.line())
+    for wire in recall_wires.WIRES:
+        name = f"... through {recall_wires.NAMES[wire]}"
+        print(evaluate(conversations, name, window=args.window, wire=wire).line())
     for variant, made in VARIANTS.items() if not args.file else ():
         changed = [made(seed) for seed in range(len(conversations))]
         print(evaluate(changed, f"... {variant}", window=args.window).line())

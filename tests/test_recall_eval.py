@@ -32,6 +32,7 @@ from bench.recall_set import (
     dev_set,
 )
 from bench.recall_third import chats as third_chats
+from bench.recall_wires import WIRES
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +101,23 @@ def test_other_replays_nicknames_and_talkative_people_find_as_much(variant: str)
     recall = evaluate(conversations, f"lexical recall, {variant}")
     assert recall.found_share >= 0.65, recall.line()
     assert recall.tokens_share <= 0.12, recall.line()
+
+
+def test_an_app_of_another_wire_format_gets_the_same_recall() -> None:
+    # The core reduces and recalls one neutral turn; Responses and Anthropic place the
+    # block their own way (Anthropic merges it into the question's user message, and
+    # estimates its tokens, so the block's room is smaller). The mock upstream
+    # validates each request as the provider does.
+    conversations = [conversation(seed) for seed in range(2)]
+    chat = evaluate(conversations, "lexical recall, chat completions")
+    for wire in WIRES:
+        other = evaluate(conversations, f"lexical recall, {wire}", wire=wire)
+        assert (other.found, other.with_turn, other.false_recalls) == (
+            chat.found,
+            chat.with_turn,
+            chat.false_recalls,
+        ), (chat.line(), other.line())
+        assert other.replayed == chat.replayed and other.tokens_share <= 0.12, other.line()
 
 
 def test_a_session_sent_as_one_message_is_found_by_its_passages() -> None:
