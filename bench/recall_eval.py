@@ -7,9 +7,10 @@ sent them; then each question is asked at the end of the whole conversation,
 each on a copy of the store as the replay left it, so no question sees
 another. A question's evidence reached the model when the words its answer
 needs are in what was forwarded (the verbatim window or the recall block).
-Without FILE the development set (`bench.recall_set`) is used, and the three sets
+Without FILE the development set (`bench.recall_set`) is used, and the four sets
 written apart from the recall rules are reported below it; FILE holds one
-conversation a line, as `Conversation.as_json` writes it.
+conversation a line, as `Conversation.as_json` writes it. `--only SET` reports
+one of the sets written apart alone, `--seed N` picks their seed.
 
 Reported per configuration: questions with their evidence forwarded, questions
 with at least one of their evidence turns forwarded, evidence turns forwarded,

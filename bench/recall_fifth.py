@@ -94,7 +94,7 @@ def _cast(rng: random.Random) -> tuple[Person, Person]:
                 partners[i],
                 pet,
                 kind,
-                lower=(i == 0) == (rng.random() < 0.7),
+                lower=(i == 0) == (rng.random() < 0.7),  # the first one, more often
                 emoji=emoji[rng.randrange(2)],
                 typos=rng.choice((0.0, 0.05, 0.12)),
             )
