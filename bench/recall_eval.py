@@ -7,9 +7,10 @@ sent them; then each question is asked at the end of the whole conversation,
 each on a copy of the store as the replay left it, so no question sees
 another. A question's evidence reached the model when the words its answer
 needs are in what was forwarded (the verbatim window or the recall block).
-Without FILE the development set (`bench.recall_set`) is used, and the three sets
+Without FILE the development set (`bench.recall_set`) is used, and the four sets
 written apart from the recall rules are reported below it; FILE holds one
-conversation a line, as `Conversation.as_json` writes it.
+conversation a line, as `Conversation.as_json` writes it. `--only SET` reports
+one of the sets written apart alone, `--seed N` picks their seed.
 
 Reported per configuration: questions with their evidence forwarded, questions
 with at least one of their evidence turns forwarded, evidence turns forwarded,
@@ -50,6 +51,7 @@ from proxy.settings import Settings
 from proxy.tokens import offline_counter
 
 from . import recall_wires
+from .recall_fifth import fifth_chats
 from .recall_fourth import chats as fourth_chats
 from .recall_other import chats
 from .recall_set import VARIANTS, Conversation, Question, dev_set
@@ -360,6 +362,29 @@ def fourth_set(count: int = 6, seed: int = 0) -> list[Conversation]:
     return [conversation for conversation, _ in fourth_chats(count, seed)]
 
 
+def fifth_set(count: int = 6, seed: int = 0) -> list[Conversation]:
+    """The fifth set, written blind too (`bench.recall_fifth`): friends texting over
+    months, facts in passing among long catch-ups, dates in three header styles."""
+    return fifth_chats(count, seed)
+
+
+BLIND = {"other": other_set, "third": third_set, "fourth": fourth_set, "fifth": fifth_set}
+TITLES = {
+    "other": "set written apart: window",
+    "third": "third set, blind: window",
+    "fourth": "fourth set, blind: window",
+    "fifth": "fifth set, blind: window",
+}
+
+
+def _blind_rows(name: str, seed: int) -> None:
+    """The window, plain BM25's top 5 and lexical recall on one set written apart."""
+    conversations = BLIND[name](seed=seed)
+    print(evaluate(conversations, TITLES[name], recall=False).line())
+    print(evaluate(conversations, "... plain BM25 top-5", recall=False, plain=True).line())
+    print(evaluate(conversations, "... lexical recall, k=5").line())
+
+
 def load(path: str) -> list[Conversation]:
     out: list[Conversation] = []
     with open(path, encoding="utf-8") as fh:
@@ -378,7 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.recall_eval", description=__doc__)
     parser.add_argument("file", nargs="?", help="conversations, one JSON a line")
     parser.add_argument("--window", type=int, default=4000)
+    parser.add_argument("--only", choices=sorted(BLIND), help="only this set written apart")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the sets written apart")
     args = parser.parse_args(argv)
+    if args.only:
+        _blind_rows(args.only, args.seed)
+        return 0
     conversations = load(args.file) if args.file else dev_set()
     print(evaluate(conversations, "window only", window=args.window, recall=False).line())
     plain = evaluate(
@@ -398,21 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         print(evaluate(changed, f"... {variant}", window=args.window).line())
     if not args.file:
         # Written without reading the recall rules: how far they generalise.
-        apart = other_set()
-        print(evaluate(apart, "set written apart: window", recall=False).line())
-        plain = evaluate(apart, "... plain BM25 top-5", recall=False, plain=True)
-        print(plain.line())
-        print(evaluate(apart, "... lexical recall, k=5").line())
-        third = third_set()
-        print(evaluate(third, "third set, blind: window", recall=False).line())
-        plain = evaluate(third, "... plain BM25 top-5", recall=False, plain=True)
-        print(plain.line())
-        print(evaluate(third, "... lexical recall, k=5").line())
-        fourth = fourth_set()
-        print(evaluate(fourth, "fourth set, blind: window", recall=False).line())
-        plain = evaluate(fourth, "... plain BM25 top-5", recall=False, plain=True)
-        print(plain.line())
-        print(evaluate(fourth, "... lexical recall, k=5").line())
+        for name in BLIND:
+            _blind_rows(name, args.seed)
     if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.
