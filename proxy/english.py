@@ -156,6 +156,15 @@ ASKS_READ = 4000
 ACKNOWLEDGED = 8
 
 
+# The words a speaker tells their own news with.
+_FIRST_PERSON = frozenset(("i", "me", "my", "mine", "we", "us", "our", "ours"))
+
+
+def first_person(sentence: str) -> bool:
+    """Whether `sentence` speaks in the first person ("I", "my", "we", ...)."""
+    return any(w.lower() in _FIRST_PERSON for w in _LETTERS.findall(sentence))
+
+
 def asks(text: str) -> bool:
     """Whether a turn asks something: it has a "?" (`SENTENCE` ends a sentence at one),
     or a sentence of it reads as a question or a request to recall without it."""

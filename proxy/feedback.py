@@ -26,7 +26,7 @@ from .store.base import SearchHit
 
 def said(hits: Sequence[SearchHit]) -> list[SearchHit]:
     """The chosen `hits` and the replies they carry, in the block's order."""
-    return [s for hit in hits for s in (hit, *hit.replies)]
+    return [s for hit in hits for s in (*hit.prompt, hit, *hit.replies)]
 
 
 def words(question: str, hits: Sequence[SearchHit]) -> list[str]:
@@ -65,7 +65,8 @@ def extended(
     )
     added = []
     for hit in fresh:
+        prompt = tuple(p for p in hit.prompt if p.text not in quoted)
         replies = tuple(r for r in hit.replies if r.text not in quoted)
-        quoted.update({hit.text, *(r.text for r in replies)})
-        added.append(dataclasses.replace(hit, replies=replies))
+        quoted.update({hit.text, *(s.text for s in (*prompt, *replies))})
+        added.append(dataclasses.replace(hit, prompt=prompt, replies=replies))
     return [*found, *added]

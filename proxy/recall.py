@@ -25,6 +25,7 @@ from .english import (
     MANNER,
     SENTENCE,
     STOPWORDS,
+    first_person,
     forms,
     passages,
     porter,
@@ -147,7 +148,9 @@ def fresh(
       nothing of whether the answer is forwarded;
     - the question itself, and repeats of an earlier hit, are skipped;
     - a hit keeps the replies it carries only when it asks about the question,
-      and only those neither forwarded nor quoted already.
+      and only those neither forwarded nor quoted already;
+    - a hit keeps the message it followed (its `prompt`, the other side's) only
+      when it reacts (`reacts`), and only when neither forwarded nor quoted already.
 
     `forwarded` is `as_searched(context)`'s texts, when the caller has them.
     """
@@ -168,6 +171,8 @@ def fresh(
             continue
         if hit.replies:
             hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
+        if hit.prompt:
+            hit = dataclasses.replace(hit, prompt=_prompting(hit, wanted, forwarded, seen))
         chosen.append(hit)
         if len(chosen) == k:
             break
@@ -296,31 +301,6 @@ def _folded(text: str) -> str:
     return "".join(c for c in split if not unicodedata.combining(c))
 
 
-RRF_K = 60
-
-
-def fuse(*rankings: Sequence[SearchHit]) -> list[SearchHit]:
-    """Reciprocal rank fusion: a hit scores the sum of 1 / (RRF_K + rank) over the rankings.
-
-    Ranks, not scores, are fused, since BM25 and cosine share no scale. A
-    message in several rankings keeps the first one's hit (the lexical one
-    carries its replies), and where that ranking has several passages of it,
-    the others' ranks go to its best one. Ties go to the later message, as
-    the searches order.
-    """
-    fused: dict[tuple[int, str], SearchHit] = {}
-    scores: defaultdict[tuple[int, str], float] = defaultdict(float)
-    for ranking in rankings:
-        # Each message's best hit in the rankings before this one.
-        earlier = {key[0]: key for key in reversed(fused)}
-        for rank, hit in enumerate(ranking, start=1):
-            key = earlier.get(hit.seq, (hit.seq, hit.text))
-            fused.setdefault(key, hit)
-            scores[key] += 1 / (RRF_K + rank)
-    order = sorted(fused, key=lambda key: (-scores[key], -key[0]))
-    return [dataclasses.replace(fused[key], score=scores[key]) for key in order]
-
-
 def _answers(
     hit: SearchHit, wanted: frozenset[str], forwarded: Set[str], seen: set[str]
 ) -> tuple[SearchHit, ...]:
@@ -330,6 +310,31 @@ def _answers(
     replies = tuple(r for r in hit.replies if r.text not in forwarded and r.text not in seen)
     seen.update(r.text for r in replies)
     return replies
+
+
+def _prompting(
+    hit: SearchHit, wanted: frozenset[str], forwarded: Set[str], seen: set[str]
+) -> tuple[SearchHit, ...]:
+    """The message a chosen hit reacts to, when it reacts and that message is not yet seen."""
+    if not reacts(hit.text, wanted):
+        return ()
+    prompt = tuple(p for p in hit.prompt if p.text not in forwarded and p.text not in seen)
+    seen.update(p.text for p in prompt)
+    return prompt
+
+
+def reacts(text: str, wanted: frozenset[str]) -> bool:
+    """Whether `text` speaks of the `wanted` stems otherwise than in the first person.
+
+    In a chat, news is told in the first person ("A cafe agreed to show my
+    lighthouses"), and the other side answers it in the second or third ("Your art
+    on a wall! Congrats!", "Sounds like Ava is a brave kid", "Did you go alone?"),
+    often in the words someone reading the chat back asks with: such a hit is a
+    reaction, and what it reacts to is the message before it. A sentence on those
+    words in the first person tells the speaker's own news, which needs nothing before it.
+    """
+    on = [m.group() for m in SENTENCE.finditer(text) if stems(m.group()) & wanted]
+    return any(not first_person(sentence) for sentence in on)
 
 
 def asks_about(text: str, wanted: frozenset[str]) -> bool:
@@ -342,13 +347,14 @@ def asks_about(text: str, wanted: frozenset[str]) -> bool:
 
 
 def quoted(hits: Sequence[SearchHit]) -> int:
-    """How many messages a block of `hits` quotes: each hit, and the replies it carries."""
-    return sum(1 + len(hit.replies) for hit in hits)
+    """How many messages a block of `hits` quotes: each hit, what it reacts to and its replies."""
+    return sum(1 + len(hit.prompt) + len(hit.replies) for hit in hits)
 
 
 def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
-    """The recall block: each hit (then its replies) on a line, long ones cut to `max_chars`,
-    labelled with its turn, its role and the date of its sitting (`SearchHit.dated`).
+    """The recall block: each hit (after what it reacts to, then its replies) on a line,
+    long ones cut to `max_chars`, labelled with its turn, its role and the date of its
+    sitting (`SearchHit.dated`).
 
     A long message is quoted around the sentences sharing most words with
     the question, not from its head: the fact is rarely its opening line.
@@ -357,7 +363,7 @@ def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
     lines = [HEADER]
     for hit in hits:
         dated = ""
-        for said in (hit, *hit.replies):
+        for said in (*hit.prompt, hit, *hit.replies):
             text = excerpt(said.text, max_chars, wanted)
             # The date of its sitting, where the conversation wrote one: once a hit, as
             # its replies were said under it, and not where the quote writes it anyway.

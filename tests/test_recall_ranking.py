@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from proxy import english, recall
+from proxy import english, fusion, recall
 from proxy.store import relevance
 from proxy.store.base import SearchHit
 
@@ -459,13 +459,13 @@ def test_a_name_is_one_the_sides_address_each_other_by() -> None:
 def test_fusion_keeps_every_message_once_and_agrees_where_the_rankings_do(
     lexical: list[int], semantic: list[int]
 ) -> None:
-    fused = recall.fuse([hit(s) for s in lexical], [hit(s) for s in semantic])
+    fused = fusion.fuse([hit(s) for s in lexical], [hit(s) for s in semantic])
     assert sorted(h.seq for h in fused) == sorted(set(lexical) | set(semantic))
     assert [h.score for h in fused] == sorted((h.score for h in fused), reverse=True)
     if lexical and semantic and lexical[0] == semantic[0]:
         assert fused[0].seq == lexical[0]
     # One ranking alone keeps its order.
-    assert [h.seq for h in recall.fuse([hit(s) for s in lexical])] == lexical
+    assert [h.seq for h in fusion.fuse([hit(s) for s in lexical])] == lexical
 
 
 @given(
@@ -477,7 +477,7 @@ def test_fusion_keeps_each_passage_and_gives_a_message_found_by_both_to_its_best
 ) -> None:
     # BM25 finds passages (several of a message), embeddings whole messages.
     passages = [hit(seq, f"part {part}") for seq, part in lexical]
-    fused = recall.fuse(passages, [hit(seq, "whole") for seq in semantic])
+    fused = fusion.fuse(passages, [hit(seq, "whole") for seq in semantic])
     found = {seq for seq, _ in lexical}
     assert sorted((h.seq, h.text) for h in fused) == sorted(
         [(seq, f"part {part}") for seq, part in lexical]
@@ -488,8 +488,8 @@ def test_fusion_keeps_each_passage_and_gives_a_message_found_by_both_to_its_best
         if seq in found:
             best = next(i for i, (s, _) in enumerate(lexical, start=1) if s == seq)
             key = (seq, f"part {lexical[best - 1][1]}")
-            assert score[key] == 1 / (recall.RRF_K + best) + 1 / (recall.RRF_K + rank)
-    assert [(h.seq, h.text) for h in recall.fuse(passages)] == [(h.seq, h.text) for h in passages]
+            assert score[key] == 1 / (fusion.RRF_K + best) + 1 / (fusion.RRF_K + rank)
+    assert [(h.seq, h.text) for h in fusion.fuse(passages)] == [(h.seq, h.text) for h in passages]
 
 
 def test_a_question_asks_beyond_in_a_word_neither_the_context_nor_a_hit_holds() -> None:
@@ -625,7 +625,7 @@ def test_a_ranking_keeps_what_outscores_everything_forwarded_by_its_margin() -> 
 def test_fusion_keeps_the_lexical_hit_and_its_replies() -> None:
     answer = hit(4, "A silver Prius.", "assistant")
     asked = SearchHit(3, 3, "user", "Still driving that old car?", 9.0, (answer,))
-    fused = recall.fuse([asked], [hit(3, asked.text, score=0.8), hit(7)])
+    fused = fusion.fuse([asked], [hit(3, asked.text, score=0.8), hit(7)])
     assert fused[0].replies == (answer,) and fused[0].seq == 3
 
 

@@ -122,6 +122,9 @@ class SearchHit:
     dialogue the answer rarely repeats the question's words. (More than one when
     the proxy stored an answer the client then resent differently: both follow.)
 
+    A hit also carries the message it followed, when the other side said it, as
+    its `prompt`: what a reaction ("Your art on a wall! Congrats!") responds to.
+
     `dated` is the date the conversation last wrote as a header at or before the
     message, as written (`proxy.store.dates`); "" when it wrote none.
     """
@@ -133,6 +136,7 @@ class SearchHit:
     score: float
     replies: tuple[SearchHit, ...] = ()
     dated: str = ""
+    prompt: tuple[SearchHit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,28 @@ class Replies:
             self._answered[key] = self._answers(rowid, seq, asker, going_on=bool(led))
         return (*led, *self._answered[key])
 
+    def prompt(self, rowid: int, hit: SearchHit, rank: int) -> tuple[SearchHit, ...]:
+        """The message right before the hit's, when the other side said it (one of the best
+        `REPLIED` hits): what the hit may be reacting to."""
+        if rank >= REPLIED:
+            return ()
+        query = (
+            "SELECT seq, turn, role, body, hash FROM message_search"
+            " WHERE message_search MATCH ? AND rowid < ? AND seq < ? ORDER BY rowid DESC LIMIT ?"
+        )
+        rows = self._db.execute(query, (self._tag, rowid, hit.seq, _AFTER_BATCH)).fetchall()
+        kept = [
+            (int(s), int(t), str(r), str(b))
+            for s, t, r, b, h in rows
+            if self._within is None or h in self._within
+        ]
+        if not kept or kept[0][2] == hit.role:
+            return ()
+        seq = kept[0][0]
+        parts = list(itertools.takewhile(lambda row: row[0] == seq, kept))
+        said = _said(seq, parts[0][1], parts[0][2], reversed(parts))
+        return (said,) if said.text else ()
+
     def _answers(
         self, rowid: int, seq: int, asker: str, *, going_on: bool
     ) -> tuple[SearchHit, ...]:

@@ -225,7 +225,10 @@ def search(
     for rowid, s, t, r, b, x in rows:
         hit = SearchHit(int(s), int(t), str(r), str(b).strip(), -float(x))
         if hit.text not in forwarded and len(quotable) < REPLIED:
-            hit = dataclasses.replace(hit, replies=followed.of(rowid, hit, len(quotable)))
+            rank = len(quotable)
+            hit = dataclasses.replace(
+                hit, replies=followed.of(rowid, hit, rank), prompt=followed.prompt(rowid, hit, rank)
+            )
             quotable.append(len(hits))
         hits.append(hit)
     found = dates.dated(db, conv, [hits[i] for i in quotable], within)

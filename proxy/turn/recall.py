@@ -16,7 +16,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import english, feedback, recall
+from .. import english, feedback, fitting, fusion, recall
 from ..conversation import Turn
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
@@ -39,9 +39,6 @@ SIMILARITY_MARGIN = 0.05
 # Claude's tokenizer (or any without its encoding files) can make up to a fifth more
 # tokens of a text than the estimate the counts here are.
 ESTIMATE_ERROR = 1.2
-
-# The shortest quote of a message worth a place in the block.
-MIN_QUOTE = 200
 
 # A question asking beyond its subject has its best hits (not forwarded) ordered by
 # detail: ample for `k`, and each costs stemming its text.
@@ -211,21 +208,11 @@ async def _search(
         more = await _fed(ctx, key, searched, history)
         found = feedback.extended(found, more, question, context, settings.k, forwarded)
     budget = min(settings.max_tokens, room)
-    while found:
-        quoted = recall.quoted(found)
-        # Long messages are cut (around their match) before a hit is given up: the
-        # cut narrows in proportion to the excess, down to MIN_QUOTE characters.
-        chars = max(MIN_QUOTE, budget * 4 // quoted)
-        while True:
-            content = recall.quote(found, chars, question)
-            tokens = ctx.counter.count_message(model, {"role": "system", "content": content})
-            if tokens <= budget:
-                return content, quoted
-            if chars == MIN_QUOTE:
-                break
-            chars = max(MIN_QUOTE, min(chars - 1, chars * budget // tokens))
-        found = found[:-1]
-    return "", 0
+
+    def count(content: str) -> int:
+        return ctx.counter.count_message(model, {"role": "system", "content": content})
+
+    return fitting.fitted(found, question, budget, count)
 
 
 async def _ranked(
@@ -280,7 +267,7 @@ async def _ranked(
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset(), False
-    fused = recall.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic)
+    fused = fusion.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic)
     return fused, unjudged, False
 
 
