@@ -37,6 +37,10 @@ HEADERS = [
     ("(8 May 2023) the log:\n```\n[2021-03-04 10:00:01] ERROR\n```", "8 May 2023"),
     ("Caroline: (8 May 2023) hey", "8 May 2023"),
     ("(8 May 2023) Hey! My flight is booked (June 3, 2024).", "8 May 2023"),
+    ("\u2014 06/10/2022 \u2014\nhey, you up?", "06/10/2022"),
+    ("[6/10/2022] morning!", "6/10/2022"),
+    ("Tue 18.06.2024\nso tired today", "18.06.2024"),
+    ("2022/10/06\nhi", "2022/10/06"),
 ]
 NOT_HEADERS = [
     "My flight is on June 3, 2024, finally.",
@@ -54,6 +58,10 @@ NOT_HEADERS = [
     "[release 2022-02-02](https://example.com/r)",
     "My flight is booked (June 3, 2024).",
     "My flight is booked (June 3, 2024)",
+    "My flight is on 06/10/2022, finally.",
+    "booked for 18.06.2024 and I can't wait",
+    "06/10.2022",
+    "v1.2.2023",
 ]
 
 
@@ -76,8 +84,14 @@ def test_a_clock_before_a_long_run_of_spaces_is_read_in_linear_time() -> None:
     assert time.perf_counter() - started < 10
 
 
-STYLES = ("({d} {m} {y}) ", "[{m} {d}, {y}] ", "({t} on {d} {m}, {y}) ", "{wd}, {d} {m} {y}. ")
-WRITTEN = ("{d} {m} {y}", "{m} {d}, {y}", "{d} {m}, {y}", "{d} {m} {y}")
+STYLES = (
+    "({d} {m} {y}) ",
+    "[{m} {d}, {y}] ",
+    "({t} on {d} {m}, {y}) ",
+    "{wd}, {d} {m} {y}. ",
+    "- {dd}/{mm}/{y} -\n",
+)
+WRITTEN = ("{d} {m} {y}", "{m} {d}, {y}", "{d} {m}, {y}", "{d} {m} {y}", "{dd}/{mm}/{y}")
 CHAT_LINES = st.sampled_from(
     [
         "Hey! How was the weekend?",
@@ -92,7 +106,7 @@ CHAT_LINES = st.sampled_from(
 
 @st.composite
 def dated_chat(draw: st.DrawFn) -> tuple[list[str], list[str]]:
-    """Messages, some opening a sitting with a dated header in one of four styles, and
+    """Messages, some opening a sitting with a dated header in one of five styles, and
     the date each header writes ("" for a message that opens none)."""
     messages: list[str] = []
     written: list[str] = []
@@ -100,8 +114,10 @@ def dated_chat(draw: st.DrawFn) -> tuple[list[str], list[str]]:
     for _ in range(draw(st.integers(1, 25))):
         text = draw(CHAT_LINES)
         if draw(st.booleans()):
-            style = draw(st.integers(0, 3))
+            style = draw(st.integers(0, len(STYLES) - 1))
             fields = {
+                "dd": f"{day.day:02}",
+                "mm": f"{day.month:02}",
                 "d": day.day,
                 "m": day.strftime("%B"),
                 "y": day.year,

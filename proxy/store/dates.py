@@ -7,7 +7,8 @@ is a different message, so a model asked "when did she go?" reads the statement
 and cannot say. Each hit is given the date of the latest header at or before it,
 as written (`SearchHit.dated`).
 
-A header is a date with its year (English month names, or ISO) in a user's or
+A header is a date with its year (English month names, ISO, or numbers such as
+"06/10/2022") in a user's or
 assistant's message: in a bracket that opens a line (past a speaker's label), a
 square one that closes it, or opening a line (after a weekday, a clock time,
 "Session 3") with no word after it. A date in a sentence ("my flight is on June 3,
@@ -35,10 +36,15 @@ _MONTHS = (
 )
 _DAY = r"[0-3]?\d(?:st|nd|rd|th)?"
 _YEAR = r"(?:19|20)\d\d"
+# Month names either side of the day, ISO, and the numbers of a chat export or a phone's
+# date ("06/10/2022", "6.10.2022", "2022/10/06"), whichever order its day and month take:
+# a header is quoted as written, so the model reads it as the chat's own readers did.
 _DATE = (
     rf"(?:{_DAY}\s+(?:{_MONTHS})\.?,?\s+{_YEAR}"
     rf"|(?:{_MONTHS})\.?\s+{_DAY},?\s+{_YEAR}"
-    rf"|{_YEAR}-[01]\d-[0-3]\d)"
+    rf"|{_YEAR}-[01]\d-[0-3]\d"
+    rf"|[0-3]?\d/[0-3]?\d/{_YEAR}|[0-3]?\d\.[0-3]?\d\.{_YEAR}"
+    rf"|{_YEAR}/[01]?\d/[0-3]?\d)"
 )
 # A weekday's name or its abbreviation, not any word it opens ("Sunshine", "Monitor").
 _WEEKDAY = (
