@@ -91,7 +91,8 @@ def _plain_text(block: Any) -> bool:
     """A text block with nothing but its text, which means what the string would."""
     if type(block) is not dict or block.keys() != _TEXT_KEYS:
         return False
-    return block["type"] in _TEXT_TYPES and type(block["text"]) is str
+    kind = block["type"]  # any JSON: a list or an object is no text type, and unhashable
+    return type(kind) is str and kind in _TEXT_TYPES and type(block["text"]) is str
 
 
 _TEXT_KEYS = frozenset(["type", "text"])

@@ -161,9 +161,11 @@ def fresh(
     judged = any(h.seq not in unjudged for h in hits)
     covered = covering(context, wanted) if judged else []
     seen = {question.strip()}
+    # Messages quoted whole as what a hit reacts to: a passage of one is quoted already.
+    prompted: set[int] = set()
     chosen: list[SearchHit] = []
     for hit in outranking(hits, forwarded, unjudged=unjudged):
-        if hit.text in seen:
+        if hit.text in seen or hit.seq in prompted:
             continue
         seen.add(hit.text)
         matched = stems(hit.text) & wanted
@@ -172,7 +174,12 @@ def fresh(
         if hit.replies:
             hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
         if hit.prompt:
-            hit = dataclasses.replace(hit, prompt=_prompting(hit, wanted, forwarded, seen))
+            taken = {c.seq for c in chosen}  # a passage of it is quoted: not again whole
+            prompt = tuple(
+                p for p in _prompting(hit, wanted, forwarded, seen) if p.seq not in taken
+            )
+            prompted.update(p.seq for p in prompt)
+            hit = dataclasses.replace(hit, prompt=prompt)
         chosen.append(hit)
         if len(chosen) == k:
             break

@@ -68,6 +68,12 @@ def _bracket(group: str, opening: str = r"[(\[]", closing: str = r"[)\]]") -> st
     )
 
 
+# After a date opening a line, a table's or a CSV's next cell (a clock may follow a
+# comma: a chat export's "06/10/2022, 21:15 - Ann: hi"), or a range's other end.
+_CELL = r"[^\S\n]*[,;|][^\S\n]*(?!\d{1,2}:\d\d)[^\s]"
+_RANGE = r"[^\S\n]*[-\u2013\u2014][^\S\n]*\d"
+# A line opening with a date beside another: a list's or a table's rows, not a sitting's.
+_DATED_LINE = re.compile(rf"[^\w\n]*{_DATE}\b", re.IGNORECASE)
 # A bracket opening a line (past a speaker's label), a square one closing it (a
 # sentence ends in an aside, "booked (June 3, 2024)"), or a date opening a line that no
 # word follows: a sitting's header, not a date inside a sentence.
@@ -75,7 +81,7 @@ _SQUARE = _bracket("closes", opening=r"\[", closing=r"\]")
 HEADER = re.compile(
     rf"^[^\w\n]*{_LABEL}{_bracket('opens')}"
     rf"|{_SQUARE}[^\S\n]*$"
-    rf"|^[^\w\n]*{_LEAD}(?P<leads>{_DATE})\b(?![^\S\n]*\w)",
+    rf"|^[^\w\n]*{_LEAD}(?P<leads>{_DATE})\b(?![^\S\n]*\w|{_CELL}|{_RANGE})",
     re.IGNORECASE | re.MULTILINE,
 )
 # Fenced code (a pasted log, a script) writes its own dates, not the chat's.
@@ -96,9 +102,21 @@ CREATE = """
 def header(text: str) -> str:
     """The last date `text` writes as a header, as written; "" when it writes none."""
     found = ""
-    for match in HEADER.finditer(_CODE.sub("", text)):
+    text = _CODE.sub("", text)
+    for match in HEADER.finditer(text):
+        if match.group("leads") and _in_a_list(text, match.start()):
+            continue
         found = match.group("opens") or match.group("closes") or match.group("leads")
     return " ".join(found.split())
+
+
+def _in_a_list(text: str, at: int) -> bool:
+    """Whether the line at `at` has a neighbour that opens with a date too."""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    before = text[text.rfind("\n", 0, max(start - 1, 0)) + 1 : max(start - 1, 0)] if start else ""
+    after = "" if end < 0 else text[end + 1 :].split("\n", 1)[0]
+    return any(_DATED_LINE.match(line) for line in (before, after) if line)
 
 
 def add(db: sqlite3.Connection, conv: int, said: Iterable[tuple[int, str, str]]) -> None:

@@ -69,22 +69,33 @@ class Replies:
         `REPLIED` hits): what the hit may be reacting to."""
         if rank >= REPLIED:
             return ()
+        kept = iter(self._rows_before(rowid, hit.seq))
+        first = next(kept, None)
+        if first is None or first[2] == hit.role:
+            return ()
+        # Its passages, read back as far as they go (a long answer has many).
+        parts = [first, *itertools.takewhile(lambda row: row[0] == first[0], kept)]
+        said = _said(first[0], first[1], first[2], reversed(parts))
+        return (said,) if said.text else ()
+
+    def _rows_before(self, rowid: int, seq: int) -> Iterator[Row]:
+        """The rows indexed before `rowid` of messages before `seq`, nearest first, read in
+        batches as needed; another branch's rows are passed over."""
+        within = self._within
         query = (
-            "SELECT seq, turn, role, body, hash FROM message_search"
+            "SELECT rowid, seq, turn, role, body, hash FROM message_search"
             " WHERE message_search MATCH ? AND rowid < ? AND seq < ? ORDER BY rowid DESC LIMIT ?"
         )
-        rows = self._db.execute(query, (self._tag, rowid, hit.seq, _AFTER_BATCH)).fetchall()
-        kept = [
-            (int(s), int(t), str(r), str(b))
-            for s, t, r, b, h in rows
-            if self._within is None or h in self._within
-        ]
-        if not kept or kept[0][2] == hit.role:
-            return ()
-        seq = kept[0][0]
-        parts = list(itertools.takewhile(lambda row: row[0] == seq, kept))
-        said = _said(seq, parts[0][1], parts[0][2], reversed(parts))
-        return (said,) if said.text else ()
+        while True:
+            rows = self._db.execute(query, (self._tag, rowid, seq, _AFTER_BATCH)).fetchall()
+            yield from (
+                (int(s), int(t), str(r), str(b))
+                for _, s, t, r, b, h in rows
+                if within is None or h in within
+            )
+            if len(rows) < _AFTER_BATCH:
+                return
+            rowid = rows[-1][0]
 
     def _answers(
         self, rowid: int, seq: int, asker: str, *, going_on: bool
