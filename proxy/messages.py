@@ -156,13 +156,15 @@ def _empty(value: object) -> bool:
 # Fields of an answer that a client may resend as parsed, null or empty.
 _RESPONSE_ONLY = frozenset(["refusal", "annotations", "audio", "function_call", "tool_calls"])
 # What a Responses item's fields say nothing of, by its `type`: a message's kind (its role
-# tells it), an item's id and status (a call is answered by its `call_id`). `None`: a
+# tells it), a call's or its output's id and status (the two pair by `call_id`). `None`: a
 # message written without a `type`, as apps that keep chat messages write it.
 _ITEM_ONLY: dict[str | None, tuple[str, ...]] = {
     None: ("id", "status"),
     "message": ("type", "id", "status"),
     "function_call": ("id", "status"),
     "custom_tool_call": ("id", "status"),
+    "function_call_output": ("id", "status"),
+    "custom_tool_call_output": ("id", "status"),
 }
 
 

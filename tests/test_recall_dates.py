@@ -62,6 +62,11 @@ NOT_HEADERS = [
     "booked for 18.06.2024 and I can't wait",
     "06/10.2022",
     "v1.2.2023",
+    # Numbers in a pasted table, a CSV, a list or a range are its rows', not the chat's.
+    "Can you sum these?\n06/10/2022,42.50,Groceries\n07/10/2022,12.00,Bus",
+    "| Date | Amount |\n|---|---|\n| 06/10/2022 | 42.50 |\n| 07/10/2022 | 12.00 |",
+    "Payment due dates:\n- 01/15/2024\n- 02/15/2024",
+    "18.06.2024 - 20.06.2024 is the trip",
 ]
 
 

@@ -132,3 +132,38 @@ def test_what_hits_react_to_never_costs_a_hit_or_its_room(
     kept = [line for line in content.splitlines() if line.split("] ")[0] + "]" not in prompts]
     assert kept == alone.splitlines()
     assert quoted >= alone_quoted
+
+
+def test_a_long_prompt_is_read_whole_and_known_as_forwarded() -> None:
+    # The message a reaction follows, longer than 16 passages (~6,400 characters).
+    long = " ".join(
+        f"Sentence {i} tells of the lighthouse paintings at length here." for i in range(150)
+    )
+    messages = [
+        {"role": "user", "content": "How was the weekend?"},
+        {"role": "assistant", "content": long},
+        {"role": "user", "content": "Your art on a wall! Congrats!"},
+    ]
+    (hits,) = search_messages(messages, [(["art"], True)], 5)
+    (reaction,) = [h for h in hits if h.seq == 2]
+    assert [p.text for p in reaction.prompt] == [long]
+    question = "Would Owen enjoy a visit to an art museum?"
+    forwarded, _ = recall.as_searched([long])
+    (chosen,) = recall.fresh([reaction], question, [long], k=3, forwarded=forwarded)
+    assert chosen.prompt == ()
+
+
+def test_a_long_message_is_not_quoted_both_as_a_prompt_and_as_its_passage() -> None:
+    filler = " ".join(f"Line {i} about the weather and the bus ride home today." for i in range(20))
+    news = f"{filler} A cafe on Main Street agreed to hang my art on its walls. {filler}"
+    messages = [
+        {"role": "user", "content": "How was the weekend?"},
+        {"role": "assistant", "content": news},
+        {"role": "user", "content": "Your art on a wall! Congrats!"},
+        {"role": "assistant", "content": "Thanks!"},
+    ]
+    question = "Would Owen enjoy a visit to an art museum?"
+    (hits,) = search_messages(messages, [(["art"], True)], 10)
+    chosen = recall.fresh(hits, question, [], k=5)
+    block = recall.quote(chosen, 400, question)
+    assert block.count("[turn 1, assistant]") == 1, block

@@ -129,6 +129,9 @@ def test_a_call_is_the_same_call_without_its_item_id_and_status(
     call = {"type": "function_call", "call_id": call_id, "name": "lookup", "arguments": arguments}
     answered = {**call, "id": item_id, "status": "completed"}
     assert digest(answered) == digest(call)
+    # Its output too, as a conversation's listed items carry them.
+    output = {"type": "function_call_output", "call_id": call_id, "output": arguments}
+    assert digest({**output, "id": item_id, "status": "completed"}) == digest(output)
     assert digest({**call, "call_id": call_id + "x"}) != digest(call)
     # Other items keep every field: a reasoning item's id is what OpenAI looks it up by.
     reasoning = {"type": "reasoning", "id": item_id, "summary": []}

@@ -8,13 +8,13 @@ and cannot say. Each hit is given the date of the latest header at or before it,
 as written (`SearchHit.dated`).
 
 A header is a date with its year (English month names, ISO, or numbers such as
-"06/10/2022") in a user's or
-assistant's message: in a bracket that opens a line (past a speaker's label), a
-square one that closes it, or opening a line (after a weekday, a clock time,
-"Session 3") with no word after it. A date in a sentence ("my flight is on June 3,
-2024", "booked (June 3, 2024)"), a list's line ("- 3 May 2021 moved"), a link's
-text, a log line's stamp or fenced code is news, not when the chat took place, and a
-tool's output is not the chat's. A header dates what follows it until the next one,
+"06/10/2022") in a user's or assistant's message: in a bracket that opens a line
+(past a speaker's label), a square one that closes it, or opening a line (after a
+weekday, a clock time, "Session 3") with no word, table cell or range's end after
+it. A date in a sentence ("my flight is on June 3, 2024", "booked (June 3, 2024)"),
+a list's line ("- 3 May 2021 moved", or one of dated lines), a link's text, a log
+line's stamp or fenced code is news, not when the chat took place, and a tool's
+output is not the chat's. A header dates what follows it until the next one,
 so a chat dated once is dated by that once for good.
 
 Headers are noted as the search index takes the messages in (`proxy.store.search`
