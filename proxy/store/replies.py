@@ -69,7 +69,7 @@ class Replies:
         `REPLIED` hits): what the hit may be reacting to."""
         if rank >= REPLIED:
             return ()
-        kept = iter(self._rows_before(rowid, hit.seq))
+        kept = iter(self._rows(rowid, beyond=hit.seq, back=True))
         first = next(kept, None)
         if first is None or first[2] == hit.role:
             return ()
@@ -78,25 +78,6 @@ class Replies:
         said = _said(first[0], first[1], first[2], reversed(parts))
         return (said,) if said.text else ()
 
-    def _rows_before(self, rowid: int, seq: int) -> Iterator[Row]:
-        """The rows indexed before `rowid` of messages before `seq`, nearest first, read in
-        batches as needed; another branch's rows are passed over."""
-        within = self._within
-        query = (
-            "SELECT rowid, seq, turn, role, body, hash FROM message_search"
-            " WHERE message_search MATCH ? AND rowid < ? AND seq < ? ORDER BY rowid DESC LIMIT ?"
-        )
-        while True:
-            rows = self._db.execute(query, (self._tag, rowid, seq, _AFTER_BATCH)).fetchall()
-            yield from (
-                (int(s), int(t), str(r), str(b))
-                for _, s, t, r, b, h in rows
-                if within is None or h in within
-            )
-            if len(rows) < _AFTER_BATCH:
-                return
-            rowid = rows[-1][0]
-
     def _answers(
         self, rowid: int, seq: int, asker: str, *, going_on: bool
     ) -> tuple[SearchHit, ...]:
@@ -104,7 +85,7 @@ class Replies:
         one too when those only acknowledge and `seq` ended at its question."""
         answered: list[SearchHit] = []
         for (s, turn, role), parts in itertools.groupby(
-            self._rows(rowid, past=seq), key=lambda row: row[:3]
+            self._rows(rowid, beyond=seq), key=lambda row: row[:3]
         ):
             if role != asker and len(answered) < MAX_REPLIES:
                 answered.append(_said(s, turn, role, parts))
@@ -119,19 +100,21 @@ class Replies:
             break
         return tuple(answered)
 
-    def _rows(self, rowid: int, *, past: int | None = None) -> Iterator[Row]:
-        """The rows indexed after `rowid` in the conversation (of the messages after
-        message `past`, if given), in order, read in batches as needed; another branch's
-        rows are passed over, as if they were not there."""
+    def _rows(self, rowid: int, *, beyond: int | None = None, back: bool = False) -> Iterator[Row]:
+        """The rows indexed after `rowid` in the conversation, in order (before it, nearest
+        first, when `back`), of the messages beyond message `beyond` that way, if given,
+        read in batches as needed; another branch's rows are passed over, as if they
+        were not there."""
         within = self._within
+        way, order = ("<", "DESC") if back else (">", "")
         query = (
             "SELECT rowid, seq, turn, role, body, hash FROM message_search"
-            " WHERE message_search MATCH ? AND rowid > ?"
-            + ("" if past is None else " AND seq > ?")
-            + " ORDER BY rowid LIMIT ?"
+            f" WHERE message_search MATCH ? AND rowid {way} ?"
+            + ("" if beyond is None else f" AND seq {way} ?")
+            + f" ORDER BY rowid {order} LIMIT ?"
         )
         while True:
-            args = (self._tag, rowid) if past is None else (self._tag, rowid, past)
+            args = (self._tag, rowid) if beyond is None else (self._tag, rowid, beyond)
             rows = self._db.execute(query, (*args, _AFTER_BATCH)).fetchall()
             yield from (
                 (int(s), int(t), str(r), str(b))
