@@ -33,7 +33,7 @@ import shutil
 import sqlite3
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +126,14 @@ class Score:
         )
 
 
+# Texts to their vectors: the mock's hashed words, or a model's (`bench.recall_vectors`).
+Vectors = Callable[[Sequence[str]], list[list[float]]]
+
+
+def _hashed(texts: Sequence[str]) -> list[list[float]]:
+    return [embedding_of(t) for t in texts]
+
+
 class Upstream:
     """Answers chat requests with `answer`, and summaries with the mock's.
 
@@ -133,16 +141,16 @@ class Upstream:
     stores the answer the app then resends, as with a real upstream.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, vectors: Vectors | None = None) -> None:
         self.last: list[dict[str, Any]] = []
         self.answer = "ok"
+        self.vectors = vectors or _hashed
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if request.url.path.endswith("/embeddings"):
-            vectors = [
-                {"index": i, "embedding": embedding_of(t)} for i, t in enumerate(body["input"])
-            ]
+            made = self.vectors(body["input"])
+            vectors = [{"index": i, "embedding": v} for i, v in enumerate(made)]
             return httpx.Response(200, json={"data": vectors, "model": body["model"]})
         messages = body["messages"]
         if messages and SUMMARIZER in str(messages[0].get("content", "")):
@@ -166,13 +174,16 @@ def evaluate(
     plain: bool = False,
     replay: bool = True,
     trim: int | None = None,
+    vectors: Vectors | None = None,
+    min_similarity: float | None = None,
 ) -> Score:
     """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off).
 
     Without `replay` the proxy meets each conversation with its whole history
     at the question (an app that starts using it mid-conversation). With
     `trim` the app resends its instructions and only its last `trim` messages,
-    and the score counts the rows the store archived.
+    and the score counts the rows the store archived. `vectors` answer the
+    upstream's `/v1/embeddings` (the mock's hashed words without).
     """
     from starlette.testclient import TestClient
 
@@ -181,8 +192,8 @@ def evaluate(
         for number, convo in enumerate(conversations):
             replayed = Path(tmp) / f"c{number}.db"
             headers = {"authorization": "Bearer sk-eval", "x-conversation-id": f"c{number}"}
-            upstream = Upstream()
-            settings = _settings(replayed, window, recall, method, k, max_tokens)
+            upstream = Upstream(vectors)
+            settings = _settings(replayed, window, recall, method, k, max_tokens, min_similarity)
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                 before: list[dict[str, Any]] | None = None
                 for i, message in enumerate(convo.messages if replay else ()):
@@ -191,6 +202,7 @@ def evaluate(
                         response = _send(client, _window(convo.messages[:i], trim), headers)
                         if response.status_code != 200:
                             raise RuntimeError(f"replay request {i}: {response.text}")
+                        _settled(client)
                         score.replayed += 1
                         score.fired += int(response.headers.get("x-context-recall", "0")) > 0
                         if before is not None:
@@ -205,13 +217,19 @@ def evaluate(
                 copy = Path(tmp) / f"c{number}-q{j}.db"
                 if replay:
                     shutil.copyfile(replayed, copy)
-                settings = _settings(copy, window, recall, method, k, max_tokens)
+                settings = _settings(copy, window, recall, method, k, max_tokens, min_similarity)
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
                     response = _send(client, _window(asked, trim), headers)
                 extra = _plain_top(convo.messages, question.text, k) if plain else []
                 _score(score, question, convo.messages, upstream.last, response, extra)
     return score
+
+
+def _settled(client: Any) -> None:
+    """Wait for the work the proxy left after its answer (embedding what it archived):
+    the next request then finds the vectors whatever the machine's speed."""
+    client.portal.call(client.app_state["ctx"].background.settled)
 
 
 def _window(messages: list[dict[str, str]], trim: int | None) -> list[dict[str, str]]:
@@ -229,8 +247,18 @@ def _rows(path: Path) -> int:
 
 
 def _settings(
-    path: Path, window: int, recall: bool, method: str, k: int, max_tokens: int
+    path: Path,
+    window: int,
+    recall: bool,
+    method: str,
+    k: int,
+    max_tokens: int,
+    min_similarity: float | None = None,
 ) -> Settings:
+    searched: dict[str, Any] = {"enabled": recall, "method": method, "k": k}
+    searched["max_tokens"] = max_tokens
+    if min_similarity is not None:
+        searched["min_similarity"] = min_similarity
     return load_settings(
         None,
         env={},
@@ -240,7 +268,7 @@ def _settings(
             # Summaries made when the trigger is crossed, not prepared in the background:
             # what a request forwards then does not depend on how fast the machine is.
             "reduction": {"strategy": "summarize", "prepare_ratio": 0.0},
-            "recall": {"enabled": recall, "method": method, "k": k, "max_tokens": max_tokens},
+            "recall": searched,
             "models": {"windows": {MODEL: window}},
         },
     )
@@ -356,49 +384,103 @@ def load(path: str) -> list[Conversation]:
     return out
 
 
+SETS = ("dev", "apart", "third", "fourth")
+METHODS = ("lexical", "embeddings", "hybrid")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.recall_eval", description=__doc__)
     parser.add_argument("file", nargs="?", help="conversations, one JSON a line")
     parser.add_argument("--window", type=int, default=4000)
-    args = parser.parse_args(argv)
-    conversations = load(args.file) if args.file else dev_set()
-    print(evaluate(conversations, "window only", window=args.window, recall=False).line())
-    plain = evaluate(
-        conversations, "plain BM25 top-5, no floor", window=args.window, recall=False, plain=True
+    parser.add_argument(
+        "--only", default=",".join(SETS), help=f"the sets to report, of {','.join(SETS)}"
     )
-    print(plain.line())
-    print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
-    met = evaluate(conversations, "... history met whole", window=args.window, replay=False)
-    print(met.line())
-    trimmed = evaluate(conversations, "... client keeps 60 messages", window=args.window, trim=60)
-    print(trimmed.line())
-    for variant, made in VARIANTS.items() if not args.file else ():
-        changed = [made(seed) for seed in range(len(conversations))]
-        print(evaluate(changed, f"... {variant}", window=args.window).line())
-    if not args.file:
-        # Written without reading the recall rules: how far they generalise.
-        apart = other_set()
-        print(evaluate(apart, "set written apart: window", recall=False).line())
-        plain = evaluate(apart, "... plain BM25 top-5", recall=False, plain=True)
-        print(plain.line())
-        print(evaluate(apart, "... lexical recall, k=5").line())
-        third = third_set()
-        print(evaluate(third, "third set, blind: window", recall=False).line())
-        plain = evaluate(third, "... plain BM25 top-5", recall=False, plain=True)
-        print(plain.line())
-        print(evaluate(third, "... lexical recall, k=5").line())
-        fourth = fourth_set()
-        print(evaluate(fourth, "fourth set, blind: window", recall=False).line())
-        plain = evaluate(fourth, "... plain BM25 top-5", recall=False, plain=True)
-        print(plain.line())
-        print(evaluate(fourth, "... lexical recall, k=5").line())
-    if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
+    parser.add_argument(
+        "--methods",
+        help=f"report only these recall rows (of {','.join(METHODS)}) on each set, "
+        "no baselines or variants",
+    )
+    parser.add_argument(
+        "--embeddings-model",
+        metavar="DIR",
+        help="a sentence-transformers model directory: embeddings and hybrid rows with its "
+        "vectors on each set (needs sentence-transformers; see docs/recall.md)",
+    )
+    parser.add_argument("--min-similarity", type=float, help="recall.min_similarity of those rows")
+    args = parser.parse_args(argv)
+    only = args.only.split(",")
+    if unknown := set(only) - set(SETS):
+        parser.error(f"--only: no set {', '.join(sorted(unknown))}")
+    methods = args.methods.split(",") if args.methods else None
+    if methods and (unknown := set(methods) - set(METHODS)):
+        parser.error(f"--methods: no method {', '.join(sorted(unknown))}")
+    model = _model(args.embeddings_model, parser)
+    named: list[tuple[str, list[Conversation]]] = []
+    if args.file:
+        named.append(("", load(args.file)))
+    else:
+        sets = {"dev": ("", dev_set), "apart": ("set written apart: ", other_set)}
+        sets |= {"third": ("third set, blind: ", third_set)}
+        sets |= {"fourth": ("fourth set, blind: ", fourth_set)}
+        named += [(sets[name][0], sets[name][1]()) for name in SETS if name in only]
+    for title, conversations in named:
+        if methods is None:
+            _baselines(title, conversations, args.window, bool(args.file or title))
+        for method in methods or (METHODS[1:] if model is not None else ()):
+            if method == "lexical":
+                print(evaluate(conversations, f"{title}lexical, k=5", window=args.window).line())
+                continue
+            if model is None:
+                parser.error(f"--methods {method} needs --embeddings-model")
+            row = f"{title}{method} ({model.name}), k=5"
+            score = evaluate(
+                conversations,
+                row,
+                window=args.window,
+                method=method,
+                vectors=model,
+                min_similarity=args.min_similarity,
+            )
+            print(score.line())
+    if model is None and methods is None and importlib.util.find_spec("numpy") is not None:
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.
+        conversations = load(args.file) if args.file else dev_set()
         for method in ("embeddings", "hybrid"):
             name = f"{method} (mock vectors), k=5"
             print(evaluate(conversations, name, window=args.window, method=method).line())
     return 0
+
+
+def _model(directory: str | None, parser: argparse.ArgumentParser) -> Any:
+    if directory is None:
+        return None
+    from .recall_vectors import ModelMissing, ModelVectors
+
+    try:
+        return ModelVectors(directory)
+    except ModelMissing as exc:
+        parser.error(str(exc))
+
+
+def _baselines(title: str, conversations: list[Conversation], window: int, apart: bool) -> None:
+    """The window alone, plain BM25, lexical recall; on the development set also met
+    whole, trimmed by the client, and its variants."""
+    name = f"{title}window" if title else "window only"
+    print(evaluate(conversations, name, window=window, recall=False).line())
+    name = f"{'... ' if title else ''}plain BM25 top-5{'' if title else ', no floor'}"
+    print(evaluate(conversations, name, window=window, recall=False, plain=True).line())
+    name = f"{'... ' if title else ''}lexical recall, k=5"
+    print(evaluate(conversations, name, window=window).line())
+    if apart:
+        return
+    met = evaluate(conversations, "... history met whole", window=window, replay=False)
+    print(met.line())
+    trimmed = evaluate(conversations, "... client keeps 60 messages", window=window, trim=60)
+    print(trimmed.line())
+    for variant, made in VARIANTS.items():
+        changed = [made(seed) for seed in range(len(conversations))]
+        print(evaluate(changed, f"... {variant}", window=window).line())
 
 
 if __name__ == "__main__":
