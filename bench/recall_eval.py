@@ -415,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     if methods and (unknown := set(methods) - set(METHODS)):
         parser.error(f"--methods: no method {', '.join(sorted(unknown))}")
     model = _model(args.embeddings_model, parser)
+    if methods and model is None and set(methods) - {"lexical"}:
+        parser.error("--methods embeddings or hybrid needs --embeddings-model")
     named: list[tuple[str, list[Conversation]]] = []
     if args.file:
         named.append(("", load(args.file)))
@@ -430,8 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             if method == "lexical":
                 print(evaluate(conversations, f"{title}lexical, k=5", window=args.window).line())
                 continue
-            if model is None:
-                parser.error(f"--methods {method} needs --embeddings-model")
+            assert model is not None
             row = f"{title}{method} ({model.name}), k=5"
             score = evaluate(
                 conversations,
