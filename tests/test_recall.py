@@ -691,6 +691,25 @@ def test_embeddings_down_costs_recall_never_a_request_and_heals(tmp_path: Path) 
         assert f"[turn 5, user] {PASSPORT}" in block
 
 
+@pytest.mark.parametrize(
+    ("turn", "asks"),
+    [("My passport number expires in March, so I renew it.", False), ("Passport expiry?", True)],
+)
+def test_embeddings_recall_only_for_a_turn_that_asks(tmp_path: Path, turn: str, asks: bool) -> None:
+    """A statement is close in meaning to what was said before it, as chat is: its
+    similarity to the archive brings no block; asked, the same subject does."""
+    with in_process(tmp_path, recall_method="embeddings") as (client, upstream):
+        send = conversation(client)
+        settled = client.app_state["ctx"].background.settled
+        for i in range(1, 60):
+            send(user(PASSPORT if i == 5 else filler(i)))
+            client.portal.call(settled)  # the archive's vectors are in
+        r = send(user(turn))
+    block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+    assert (f"[turn 5, user] {PASSPORT}" in block) is asks
+    assert (r.headers["x-context-recall"] != "0") is asks
+
+
 def test_hybrid_recall_fuses_both_searches_and_keeps_the_lexical_when_embeddings_fail(
     tmp_path: Path,
 ) -> None:
