@@ -688,3 +688,38 @@ def test_an_excerpt_is_a_marked_stretch_of_the_text_within_budget(
         assert quoted.endswith(" [...]") == bool(text[at + len(core) :].strip())
         if "tea" in text:
             assert "tea" in core
+
+
+def test_embeddings_hits_spoken_to_whom_the_question_asks_about_are_left_out() -> None:
+    question = "Which city did Melanie's sister move to?"
+    hits = [
+        hit(1, "That's so cool, Melanie! Will you go back?"),
+        hit(2, "So my little sister Tess got the job! She is relocating to Phoenix."),
+        hit(3, "Hey Melanie! How's it going?"),
+        hit(4, "Melanie told me she moved the couch."),  # names her, speaks of her
+        hit(5, "Talk soon, Audrey!"),  # someone the question does not name
+    ]
+    assert recall.unaddressed(hits, question) == [hits[1], hits[3], hits[4]]
+    # A question naming no one (its opening word is no name) keeps every hit.
+    assert recall.unaddressed(hits, "Melanie, which city did your sister move to?") == hits
+    assert recall.unaddressed(hits, "Where did the sister move?") == hits
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Talk soon, Evan!", "Hey Evan! Long time.", "Evan bought a boat.", "We went out."]
+        ),
+        max_size=8,
+    ),
+    st.sampled_from(["What did Evan buy?", "What did Maya buy?", "What did we buy?"]),
+)
+def test_unaddressed_keeps_the_order_and_leaves_out_only_what_addresses_a_name_asked_about(
+    texts: list[str], question: str
+) -> None:
+    hits = [hit(i, text) for i, text in enumerate(texts)]
+    kept = recall.unaddressed(hits, question)
+    assert kept == [h for h in hits if h in kept]  # a subsequence, in order
+    for h in hits:
+        spoken_to = "Evan" in question and relevance.addressing("Evan").search(h.text)
+        assert (h in kept) is not spoken_to

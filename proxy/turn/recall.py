@@ -282,6 +282,7 @@ async def _ranked(
         min_similarity=ctx.settings.recall.min_similarity,
         within=within,
     )
+    semantic = recall.unaddressed(semantic, question)
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset(), False
