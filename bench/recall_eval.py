@@ -31,10 +31,8 @@ import json
 import re
 import shutil
 import sqlite3
-import statistics
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,79 +49,12 @@ from proxy.tokens import offline_counter
 
 from .recall_fourth import chats as fourth_chats
 from .recall_other import chats
+from .recall_score import Score
 from .recall_set import VARIANTS, Conversation, Question, dev_set
 from .recall_third import chats as third_chats
 
 MODEL = "recall-eval"
 SUMMARIZER = "context-proxy summarizer"
-
-
-def _share(part: int, whole: int) -> float:
-    return part / whole if whole else 0.0
-
-
-@dataclass
-class Score:
-    name: str
-    answerable: int = 0
-    found: int = 0
-    evidence_turns: int = 0
-    turns_found: int = 0
-    # Questions with at least one evidence turn forwarded (whole, or its answer's sentence):
-    # the held-out benchmark's own measure, stricter than answer words found anywhere.
-    with_turn: int = 0
-    unanswerable: int = 0
-    false_recalls: int = 0
-    shares: list[float] | None = None
-    recalled_falsely: list[str] | None = None  # the questions nothing answers that got a block
-    # The replay's requests: how many, how many got a recall block, and how many of those
-    # with one before them extend it (what a provider's prompt cache needs).
-    replayed: int = 0
-    fired: int = 0
-    followed: int = 0  # requests with one before them in their conversation
-    extended: int = 0
-    said: int = 0  # messages the replayed conversations hold
-    archived: int = 0  # rows the store archived for them
-
-    @property
-    def found_share(self) -> float:
-        return _share(self.found, self.answerable)
-
-    @property
-    def with_turn_share(self) -> float:
-        return _share(self.with_turn, self.answerable)
-
-    @property
-    def turns_share(self) -> float:
-        return _share(self.turns_found, self.evidence_turns)
-
-    @property
-    def tokens_share(self) -> float:
-        return statistics.mean(self.shares) if self.shares else 0.0
-
-    @property
-    def fired_share(self) -> float:
-        return _share(self.fired, self.replayed)
-
-    @property
-    def extended_share(self) -> float:
-        return _share(self.extended, self.followed)
-
-    def line(self) -> str:
-        replay = (
-            f"  replay: recall on {self.fired_share:5.1%}, prefix kept {self.extended_share:5.1%}"
-            if self.replayed
-            else ""
-        )
-        if self.said:
-            replay += f", {self.archived / self.said:.2f} archived rows a message"
-        return (
-            f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
-            f"({self.found}/{self.answerable})  with a turn {self.with_turn_share:6.1%}  "
-            f"evidence turns {self.turns_share:6.1%}  "
-            f"tokens forwarded {self.tokens_share:6.1%}  "
-            f"false recalls {self.false_recalls}/{self.unanswerable}{replay}"
-        )
 
 
 # Texts to their vectors: the mock's hashed words, or a model's (`bench.recall_vectors`).
@@ -443,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                 min_similarity=args.min_similarity,
             )
             print(score.line())
-    if model is None and methods is None and importlib.util.find_spec("numpy") is not None:
+    mocked = model is None and methods is None and (args.file or "dev" in only)
+    if mocked and importlib.util.find_spec("numpy") is not None:
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.
         conversations = load(args.file) if args.file else dev_set()
