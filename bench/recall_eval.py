@@ -32,10 +32,8 @@ import json
 import re
 import shutil
 import sqlite3
-import statistics
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +52,7 @@ from . import recall_wires
 from .recall_fifth import fifth_chats
 from .recall_fourth import chats as fourth_chats
 from .recall_other import chats
+from .recall_score import Score
 from .recall_set import VARIANTS, Conversation, Question, dev_set
 from .recall_third import chats as third_chats
 from .recall_wires import WireUpstream
@@ -62,72 +61,12 @@ MODEL = "recall-eval"
 SUMMARIZER = "context-proxy summarizer"
 
 
-def _share(part: int, whole: int) -> float:
-    return part / whole if whole else 0.0
+# Texts to their vectors: the mock's hashed words, or a model's (`bench.recall_vectors`).
+Vectors = Callable[[Sequence[str]], list[list[float]]]
 
 
-@dataclass
-class Score:
-    name: str
-    answerable: int = 0
-    found: int = 0
-    evidence_turns: int = 0
-    turns_found: int = 0
-    # Questions with at least one evidence turn forwarded (whole, or its answer's sentence):
-    # the held-out benchmark's own measure, stricter than answer words found anywhere.
-    with_turn: int = 0
-    unanswerable: int = 0
-    false_recalls: int = 0
-    shares: list[float] | None = None
-    recalled_falsely: list[str] | None = None  # the questions nothing answers that got a block
-    # The replay's requests: how many, how many got a recall block, and how many of those
-    # with one before them extend it (what a provider's prompt cache needs).
-    replayed: int = 0
-    fired: int = 0
-    followed: int = 0  # requests with one before them in their conversation
-    extended: int = 0
-    said: int = 0  # messages the replayed conversations hold
-    archived: int = 0  # rows the store archived for them
-
-    @property
-    def found_share(self) -> float:
-        return _share(self.found, self.answerable)
-
-    @property
-    def with_turn_share(self) -> float:
-        return _share(self.with_turn, self.answerable)
-
-    @property
-    def turns_share(self) -> float:
-        return _share(self.turns_found, self.evidence_turns)
-
-    @property
-    def tokens_share(self) -> float:
-        return statistics.mean(self.shares) if self.shares else 0.0
-
-    @property
-    def fired_share(self) -> float:
-        return _share(self.fired, self.replayed)
-
-    @property
-    def extended_share(self) -> float:
-        return _share(self.extended, self.followed)
-
-    def line(self) -> str:
-        replay = (
-            f"  replay: recall on {self.fired_share:5.1%}, prefix kept {self.extended_share:5.1%}"
-            if self.replayed
-            else ""
-        )
-        if self.said:
-            replay += f", {self.archived / self.said:.2f} archived rows a message"
-        return (
-            f"{self.name:<28} evidence forwarded {self.found_share:6.1%} "
-            f"({self.found}/{self.answerable})  with a turn {self.with_turn_share:6.1%}  "
-            f"evidence turns {self.turns_share:6.1%}  "
-            f"tokens forwarded {self.tokens_share:6.1%}  "
-            f"false recalls {self.false_recalls}/{self.unanswerable}{replay}"
-        )
+def _hashed(texts: Sequence[str]) -> list[list[float]]:
+    return [embedding_of(t) for t in texts]
 
 
 class Upstream:
@@ -137,16 +76,16 @@ class Upstream:
     stores the answer the app then resends, as with a real upstream.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, vectors: Vectors | None = None) -> None:
         self.last: list[dict[str, Any]] = []
         self.answer = "ok"
+        self.vectors = vectors or _hashed
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if request.url.path.endswith("/embeddings"):
-            vectors = [
-                {"index": i, "embedding": embedding_of(t)} for i, t in enumerate(body["input"])
-            ]
+            made = self.vectors(body["input"])
+            vectors = [{"index": i, "embedding": v} for i, v in enumerate(made)]
             return httpx.Response(200, json={"data": vectors, "model": body["model"]})
         messages = body["messages"]
         if messages and SUMMARIZER in str(messages[0].get("content", "")):
@@ -171,6 +110,8 @@ def evaluate(
     replay: bool = True,
     trim: int | None = None,
     wire: str = "chat",
+    vectors: Vectors | None = None,
+    min_similarity: float | None = None,
 ) -> Score:
     """Score one configuration; `plain` adds a plain BM25 top-`k` to the window (recall off).
 
@@ -178,7 +119,8 @@ def evaluate(
     at the question (an app that starts using it mid-conversation). With
     `trim` the app resends its instructions and only its last `trim` messages,
     and the score counts the rows the store archived. `wire`: the API the app
-    speaks (`chat`, or one of `recall_wires.WIRES`).
+    speaks (`chat`, or one of `recall_wires.WIRES`). `vectors` answer the
+    upstream's `/v1/embeddings` (the mock's hashed words without).
     """
     from starlette.testclient import TestClient
 
@@ -187,8 +129,8 @@ def evaluate(
         for number, convo in enumerate(conversations):
             replayed = Path(tmp) / f"c{number}.db"
             headers = {"authorization": "Bearer sk-eval", "x-conversation-id": f"c{number}"}
-            upstream = Upstream() if wire == "chat" else WireUpstream(wire)
-            settings = _settings(replayed, window, recall, method, k, max_tokens)
+            upstream = Upstream(vectors) if wire == "chat" else WireUpstream(wire)
+            settings = _settings(replayed, window, recall, method, k, max_tokens, min_similarity)
             with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                 before: list[dict[str, Any]] | None = None
                 for i, message in enumerate(convo.messages if replay else ()):
@@ -198,6 +140,7 @@ def evaluate(
                         response = _send(client, wire, sent, headers)
                         if response.status_code != 200:
                             raise RuntimeError(f"replay request {i}: {response.text}")
+                        _settled(client)
                         score.replayed += 1
                         score.fired += int(response.headers.get("x-context-recall", "0")) > 0
                         if before is not None:
@@ -212,7 +155,7 @@ def evaluate(
                 copy = Path(tmp) / f"c{number}-q{j}.db"
                 if replay:
                     shutil.copyfile(replayed, copy)
-                settings = _settings(copy, window, recall, method, k, max_tokens)
+                settings = _settings(copy, window, recall, method, k, max_tokens, min_similarity)
                 with TestClient(_app(settings, upstream), base_url="http://proxy.test") as client:
                     asked = [*convo.messages, {"role": "user", "content": question.text}]
                     response = _send(client, wire, _window(asked, trim), headers)
@@ -225,6 +168,12 @@ def evaluate(
                 )
                 _score(score, question, convo.messages, seen, response, extra)
     return score
+
+
+def _settled(client: Any) -> None:
+    """Wait for the work the proxy left after its answer (embedding what it archived):
+    the next request then finds the vectors whatever the machine's speed."""
+    client.portal.call(client.app_state["ctx"].background.settled)
 
 
 def _window(messages: list[dict[str, str]], trim: int | None) -> list[dict[str, str]]:
@@ -242,8 +191,18 @@ def _rows(path: Path) -> int:
 
 
 def _settings(
-    path: Path, window: int, recall: bool, method: str, k: int, max_tokens: int
+    path: Path,
+    window: int,
+    recall: bool,
+    method: str,
+    k: int,
+    max_tokens: int,
+    min_similarity: float | None = None,
 ) -> Settings:
+    searched: dict[str, Any] = {"enabled": recall, "method": method, "k": k}
+    searched["max_tokens"] = max_tokens
+    if min_similarity is not None:
+        searched["min_similarity"] = min_similarity
     return load_settings(
         None,
         env={},
@@ -254,7 +213,7 @@ def _settings(
             # Summaries made when the trigger is crossed, not prepared in the background:
             # what a request forwards then does not depend on how fast the machine is.
             "reduction": {"strategy": "summarize", "prepare_ratio": 0.0},
-            "recall": {"enabled": recall, "method": method, "k": k, "max_tokens": max_tokens},
+            "recall": searched,
             "models": {"windows": {MODEL: window}},
         },
     )
@@ -368,23 +327,6 @@ def fifth_set(count: int = 6, seed: int = 0) -> list[Conversation]:
     return fifth_chats(count, seed)
 
 
-BLIND = {"other": other_set, "third": third_set, "fourth": fourth_set, "fifth": fifth_set}
-TITLES = {
-    "other": "set written apart: window",
-    "third": "third set, blind: window",
-    "fourth": "fourth set, blind: window",
-    "fifth": "fifth set, blind: window",
-}
-
-
-def _blind_rows(name: str, seed: int) -> None:
-    """The window, plain BM25's top 5 and lexical recall on one set written apart."""
-    conversations = BLIND[name](seed=seed)
-    print(evaluate(conversations, TITLES[name], recall=False).line())
-    print(evaluate(conversations, "... plain BM25 top-5", recall=False, plain=True).line())
-    print(evaluate(conversations, "... lexical recall, k=5").line())
-
-
 def load(path: str) -> list[Conversation]:
     out: list[Conversation] = []
     with open(path, encoding="utf-8") as fh:
@@ -399,44 +341,123 @@ def load(path: str) -> list[Conversation]:
     return out
 
 
+SETS = ("dev", "apart", "third", "fourth", "fifth")
+# How each set's rows are named: the development set's plainly, the others by the set.
+TITLES = {
+    "dev": "",
+    "apart": "set written apart: ",
+    "third": "third set, blind: ",
+    "fourth": "fourth set, blind: ",
+    "fifth": "fifth set, blind: ",
+}
+METHODS = ("lexical", "embeddings", "hybrid")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.recall_eval", description=__doc__)
     parser.add_argument("file", nargs="?", help="conversations, one JSON a line")
     parser.add_argument("--window", type=int, default=4000)
-    parser.add_argument("--only", choices=sorted(BLIND), help="only this set written apart")
+    parser.add_argument(
+        "--only", default=",".join(SETS), help=f"the sets to report, of {','.join(SETS)}"
+    )
+    parser.add_argument(
+        "--methods",
+        help=f"report only these recall rows (of {','.join(METHODS)}) on each set, "
+        "no baselines or variants",
+    )
+    parser.add_argument(
+        "--embeddings-model",
+        metavar="DIR",
+        help="a sentence-transformers model directory: embeddings and hybrid rows with its "
+        "vectors on each set (needs sentence-transformers; see docs/recall.md)",
+    )
+    parser.add_argument("--min-similarity", type=float, help="recall.min_similarity of those rows")
     parser.add_argument("--seed", type=int, default=0, help="the seed of the sets written apart")
     args = parser.parse_args(argv)
-    if args.only:
-        _blind_rows(args.only, args.seed)
-        return 0
-    conversations = load(args.file) if args.file else dev_set()
-    print(evaluate(conversations, "window only", window=args.window, recall=False).line())
-    plain = evaluate(
-        conversations, "plain BM25 top-5, no floor", window=args.window, recall=False, plain=True
-    )
-    print(plain.line())
-    print(evaluate(conversations, "lexical recall, k=5", window=args.window).line())
-    met = evaluate(conversations, "... history met whole", window=args.window, replay=False)
-    print(met.line())
-    trimmed = evaluate(conversations, "... client keeps 60 messages", window=args.window, trim=60)
-    print(trimmed.line())
-    for wire in recall_wires.WIRES:
-        name = f"... through {recall_wires.NAMES[wire]}"
-        print(evaluate(conversations, name, window=args.window, wire=wire).line())
-    for variant, made in VARIANTS.items() if not args.file else ():
-        changed = [made(seed) for seed in range(len(conversations))]
-        print(evaluate(changed, f"... {variant}", window=args.window).line())
-    if not args.file:
-        # Written without reading the recall rules: how far they generalise.
-        for name in BLIND:
-            _blind_rows(name, args.seed)
-    if importlib.util.find_spec("numpy") is not None:  # the embeddings extra
+    only = args.only.split(",")
+    if unknown := set(only) - set(SETS):
+        parser.error(f"--only: no set {', '.join(sorted(unknown))}")
+    methods = args.methods.split(",") if args.methods else None
+    if methods and (unknown := set(methods) - set(METHODS)):
+        parser.error(f"--methods: no method {', '.join(sorted(unknown))}")
+    model = _model(args.embeddings_model, parser)
+    if methods and model is None and set(methods) - {"lexical"}:
+        parser.error("--methods embeddings or hybrid needs --embeddings-model")
+    named: list[tuple[str, list[Conversation]]] = []
+    if args.file:
+        named.append(("", load(args.file)))
+    else:
+        named += [(TITLES[name], _made(name, args.seed)) for name in SETS if name in only]
+    for title, conversations in named:
+        if methods is None:
+            _baselines(title, conversations, args.window, file=bool(args.file))
+        for method in methods or (METHODS[1:] if model is not None else ()):
+            if method == "lexical":
+                print(evaluate(conversations, f"{title}lexical, k=5", window=args.window).line())
+                continue
+            assert model is not None
+            row = f"{title}{method} ({model.name}), k=5"
+            score = evaluate(
+                conversations,
+                row,
+                window=args.window,
+                method=method,
+                vectors=model,
+                min_similarity=args.min_similarity,
+            )
+            print(score.line())
+    mocked = model is None and methods is None and (args.file or "dev" in only)
+    if mocked and importlib.util.find_spec("numpy") is not None:
         # The mock's vectors are hashed words: lexical too, so these rows test the
         # plumbing and the fusion, not what a real embedding model would find.
+        conversations = load(args.file) if args.file else dev_set()
         for method in ("embeddings", "hybrid"):
             name = f"{method} (mock vectors), k=5"
             print(evaluate(conversations, name, window=args.window, method=method).line())
     return 0
+
+
+def _made(name: str, seed: int) -> list[Conversation]:
+    """The six conversations of set `name`; `seed` moves the sets written apart (the
+    development set's six are seeds 0 to 5 always)."""
+    if name == "dev":
+        return dev_set()
+    made = {"apart": other_set, "third": third_set, "fourth": fourth_set, "fifth": fifth_set}
+    return made[name](seed=seed)
+
+
+def _model(directory: str | None, parser: argparse.ArgumentParser) -> Any:
+    if directory is None:
+        return None
+    from .recall_vectors import ModelMissing, ModelVectors
+
+    try:
+        return ModelVectors(directory)
+    except ModelMissing as exc:
+        parser.error(str(exc))
+
+
+def _baselines(title: str, conversations: list[Conversation], window: int, file: bool) -> None:
+    """The window alone, plain BM25, lexical recall; on the development set (or a
+    `file`) also met whole and trimmed by the client, and the development set's variants."""
+    name = f"{title}window" if title else "window only"
+    print(evaluate(conversations, name, window=window, recall=False).line())
+    name = f"{'... ' if title else ''}plain BM25 top-5{'' if title else ', no floor'}"
+    print(evaluate(conversations, name, window=window, recall=False, plain=True).line())
+    name = f"{'... ' if title else ''}lexical recall, k=5"
+    print(evaluate(conversations, name, window=window).line())
+    if title:  # a set written apart
+        return
+    met = evaluate(conversations, "... history met whole", window=window, replay=False)
+    print(met.line())
+    trimmed = evaluate(conversations, "... client keeps 60 messages", window=window, trim=60)
+    print(trimmed.line())
+    for wire in recall_wires.WIRES:
+        name = f"... through {recall_wires.NAMES[wire]}"
+        print(evaluate(conversations, name, window=window, wire=wire).line())
+    for variant, made in VARIANTS.items() if not file else ():
+        changed = [made(seed) for seed in range(len(conversations))]
+        print(evaluate(changed, f"... {variant}", window=window).line())
 
 
 if __name__ == "__main__":

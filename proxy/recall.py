@@ -34,8 +34,7 @@ from .messages import Message
 from .store import relevance
 from .store.base import SearchHit
 
-HEADER = "Earlier messages that may be relevant:"
-_WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
+WORD = re.compile(r"[^\W_]{3,}|\d{2,}", re.UNICODE)
 # Also shorter: a verb of two letters has longer forms ("go", "went").
 _ANY_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -53,7 +52,7 @@ def words(text: str) -> list[str]:
         dict.fromkeys(
             w
             for w in found
-            if (_WORD.fullmatch(w) or w in FORMS)
+            if (WORD.fullmatch(w) or w in FORMS)
             and w not in STOPWORDS
             and w not in FRAMING
             and w not in measures
@@ -269,6 +268,20 @@ def outranking(
     ]
 
 
+def unaddressed(hits: Sequence[SearchHit], question: str) -> list[SearchHit]:
+    """The `hits` that address none of the people `question` names ("Talk soon, Evan!").
+
+    For an embedding model a name weighs much in a short text, so what is said
+    to someone ranks close to a question about them; but what a chat says of
+    a person, they say themselves, in the first person, to the other. The
+    lexical search weighs a name so used apart (`relevance.addressed`); by
+    similarity the name cannot be told from the rest, so such a message is
+    not judged by it at all: neither a hit nor, forwarded, the bar to beat.
+    """
+    spoken_to = [relevance.addressing(name) for name in _names(question).values()]
+    return [h for h in hits if not any(p.search(h.text) for p in spoken_to)]
+
+
 def covering(context: Sequence[str], wanted: frozenset[str]) -> list[frozenset[str]]:
     """The `wanted` stems each text of `context` holds, for the texts that hold any.
 
@@ -351,78 +364,6 @@ def asks_about(text: str, wanted: frozenset[str]) -> bool:
     question in passing ("Anything fun this weekend?") carries no answer we need.
     """
     return any(stems(asked) & wanted for asked in relevance.questions(text))
-
-
-def quoted(hits: Sequence[SearchHit]) -> int:
-    """How many messages a block of `hits` quotes: each hit, what it reacts to and its replies."""
-    return sum(1 + len(hit.prompt) + len(hit.replies) for hit in hits)
-
-
-def quote(hits: Sequence[SearchHit], max_chars: int, question: str = "") -> str:
-    """The recall block: each hit (after what it reacts to, then its replies) on a line,
-    long ones cut to `max_chars`, labelled with its turn, its role and the date of its
-    sitting (`SearchHit.dated`).
-
-    A long message is quoted around the sentences sharing most words with
-    the question, not from its head: the fact is rarely its opening line.
-    """
-    wanted = stems(question)
-    lines = [HEADER]
-    for hit in hits:
-        dated = ""
-        for said in (*hit.prompt, hit, *hit.replies):
-            text = excerpt(said.text, max_chars, wanted)
-            # The date of its sitting, where the conversation wrote one: once a hit, as
-            # its replies were said under it, and not where the quote writes it anyway.
-            when = f", {said.dated}" if said.dated not in (dated, "") else ""
-            dated = said.dated
-            if when and said.dated in text:
-                when = ""
-            lines.append(f"[turn {said.turn}, {said.role}{when}] {text}")
-    return "\n".join(lines)
-
-
-def excerpt(text: str, max_chars: int, wanted: frozenset[str]) -> str:
-    """`text`, or when longer than `max_chars` the stretch of it around the best match.
-
-    The stretch is whole sentences (or lines) grown around the one sharing most
-    words with the question, cut from the text as written; " [...]" marks each
-    side where text is left out.
-    """
-    if len(text) <= max_chars:
-        return text
-    spans = [m.span() for m in SENTENCE.finditer(text) if m.group().strip()]
-    scores = [len(stems(text[a:b]) & wanted) for a, b in spans]
-    best = max(range(len(spans)), key=lambda i: (scores[i], -i), default=0)
-    if not spans or not scores[best]:
-        return _marked(text, 0, max_chars)
-    start, end = spans[best]
-    if end - start > max_chars:  # one long sentence: a window from a little before its match
-        found = (m.start() for m in _WORD.finditer(text, start, end) if _wanted(m, wanted))
-        at = next(found, start)
-        start = max(start, at - max_chars // 4)
-        return _marked(text, start, start + max_chars)
-    first = last = best
-    # Grow by whole sentences, the following one first (it often completes a fact).
-    grown = True
-    while grown:
-        grown = False
-        if last + 1 < len(spans) and spans[last + 1][1] - start <= max_chars:
-            last, end, grown = last + 1, spans[last + 1][1], True
-        if first > 0 and end - spans[first - 1][0] <= max_chars:
-            first, start, grown = first - 1, spans[first - 1][0], True
-    return _marked(text, start, end)
-
-
-def _wanted(word: re.Match[str], wanted: frozenset[str]) -> bool:
-    (stemmed,) = porter([word.group().lower()])
-    return stemmed in wanted
-
-
-def _marked(text: str, start: int, end: int) -> str:
-    body = text[start:end].strip()
-    head = "[...] " if text[:start].strip() else ""
-    return head + body + (" [...]" if text[end:].strip() else "")
 
 
 def question_index(messages: Sequence[Message], dialect: Dialect) -> int:

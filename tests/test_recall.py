@@ -19,7 +19,7 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from proxy import english, recall
+from proxy import english, quoting, recall
 from proxy.app import create_app
 from proxy.config import load_settings
 from proxy.dialects.chat_completions import CHAT as CHAT_ITEMS
@@ -87,12 +87,12 @@ def test_fresh_stops_below_a_message_the_model_already_sees() -> None:
 def test_the_block_goes_right_before_the_last_user_message_and_quotes_tool_results() -> None:
     chain = [assistant(None, tool_calls=[call("c9")]), tool("c9", "done")]
     messages = [system(), user("q1"), *chain, assistant("a"), user("museum hours?")]
-    content = recall.quote([hit("museum opens at 9", 3, "tool result")], 500)
+    content = quoting.quote([hit("museum opens at 9", 3, "tool result")], 500)
     out = recall.inject(messages, content, CHAT_ITEMS)
     assert out[:-2] == messages[:-1] and out[-1] == messages[-1]
     assert out[-2] == {"role": "system", "content": content}
-    assert content == f"{recall.HEADER}\n[turn 3, tool result] museum opens at 9"
-    assert recall.quote([hit("a" * 50)], 10).endswith("aaaaaaaaaa [...]")
+    assert content == f"{quoting.HEADER}\n[turn 3, tool result] museum opens at 9"
+    assert quoting.quote([hit("a" * 50)], 10).endswith("aaaaaaaaaa [...]")
 
 
 def filler(i: int) -> str:
@@ -156,7 +156,7 @@ def test_a_fact_from_turn_5_comes_back_at_turn_200(
     # The fact, then the fake upstream's echo of it at the same turn.
     assert block == {
         "role": "system",
-        "content": f"{recall.HEADER}\n[turn 5, user] {PASSPORT}\n"
+        "content": f"{quoting.HEADER}\n[turn 5, user] {PASSPORT}\n"
         f"[turn 5, assistant] Echo: {PASSPORT}",
     }
     assert r.headers["x-context-recall"] == "2"
@@ -246,7 +246,7 @@ def test_a_conversation_met_with_its_whole_history_recalls_from_that_history(
         assert all(PASSPORT not in str(m.get("content")) for m in forwarded[:-2]), "not reduced"
         assert forwarded[-2] == {
             "role": "system",
-            "content": f"{recall.HEADER}\n[turn 5, user] {PASSPORT}\n"
+            "content": f"{quoting.HEADER}\n[turn 5, user] {PASSPORT}\n"
             f"[turn 5, assistant] Echo: {PASSPORT}",
         }
         assert r.headers["x-context-recall"] == "2"
@@ -257,7 +257,7 @@ def test_a_conversation_met_with_its_whole_history_recalls_from_that_history(
         r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
         block = upstream.chat_requests()[-1]["messages"][-2]["content"]
         assert block.startswith(
-            f"{recall.HEADER}\n[turn 7, user] {seat}\n[turn 7, assistant] Echo: {seat}"
+            f"{quoting.HEADER}\n[turn 7, user] {seat}\n[turn 7, assistant] Echo: {seat}"
         ), block
         assert r.headers["x-context-recall"] == "2" or method == "hybrid"
 
@@ -278,7 +278,7 @@ def test_a_conversation_back_with_more_than_the_store_holds_recalls_from_that_hi
     r = client.post(CHAT, json={"model": "tiny", "messages": history}, headers=headers)
     assert r.headers["x-context-recall"] == "2"
     block = upstream.chat_requests()[-1]["messages"][-2]["content"]
-    assert block.startswith(f"{recall.HEADER}\n[turn 6, user] {PASSPORT}\n"), block
+    assert block.startswith(f"{quoting.HEADER}\n[turn 6, user] {PASSPORT}\n"), block
 
 
 TRIMMED = {"Authorization": "Bearer sk-r", "X-Conversation-Id": "trimmed"}
@@ -528,7 +528,7 @@ def test_a_question_asking_beyond_gets_the_message_saying_something_new_not_the_
         r = send(user("What role do I have at the shelter?"))
     assert r.headers["x-context-recall"] == "2"
     block = upstream.chat_requests()[-1]["messages"][-2]["content"]
-    assert block == f"{recall.HEADER}\n[turn 5, user] {fact}\n[turn 5, assistant] Echo: {fact}"
+    assert block == f"{quoting.HEADER}\n[turn 5, user] {fact}\n[turn 5, assistant] Echo: {fact}"
 
 
 def test_the_block_takes_the_headroom_when_the_history_stands_just_below_the_trigger(
@@ -585,7 +585,7 @@ def test_tool_results_within_a_turn_repeat_the_same_block(
     assert r.headers["x-context-recall"] == "2"
     first, follow_up = (req["messages"] for req in upstream.chat_requests()[-2:])
     assert follow_up[: len(first)] == first, "the turn's second request extends its first"
-    quoted = [m for m in follow_up if str(m.get("content", "")).startswith(recall.HEADER)]
+    quoted = [m for m in follow_up if str(m.get("content", "")).startswith(quoting.HEADER)]
     assert len(quoted) == 1 and f"[turn 3, user] {PASSPORT}" in quoted[0]["content"]
 
 
@@ -645,7 +645,7 @@ def test_embeddings_recall_through_real_servers(tmp_path: Path) -> None:
             last = upstream.chat_requests()[-1]["messages"]
             assert recalled == "2", reduction
             header, *quoted = last[-2]["content"].split("\n")
-            assert header == recall.HEADER and last[-2]["role"] == "system"
+            assert header == quoting.HEADER and last[-2]["role"] == "system"
             # In similarity order, which the fake's hashed bag of words decides.
             assert sorted(quoted) == [
                 f"[turn 5, assistant] Echo: {PASSPORT}",
@@ -691,6 +691,25 @@ def test_embeddings_down_costs_recall_never_a_request_and_heals(tmp_path: Path) 
         assert f"[turn 5, user] {PASSPORT}" in block
 
 
+@pytest.mark.parametrize(
+    ("turn", "asks"),
+    [("My passport number expires in March, so I renew it.", False), ("Passport expiry?", True)],
+)
+def test_embeddings_recall_only_for_a_turn_that_asks(tmp_path: Path, turn: str, asks: bool) -> None:
+    """A statement is close in meaning to what was said before it, as chat is: its
+    similarity to the archive brings no block; asked, the same subject does."""
+    with in_process(tmp_path, recall_method="embeddings") as (client, upstream):
+        send = conversation(client)
+        settled = client.app_state["ctx"].background.settled
+        for i in range(1, 60):
+            send(user(PASSPORT if i == 5 else filler(i)))
+            client.portal.call(settled)  # the archive's vectors are in
+        r = send(user(turn))
+    block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+    assert (f"[turn 5, user] {PASSPORT}" in block) is asks
+    assert (r.headers["x-context-recall"] != "0") is asks
+
+
 def test_hybrid_recall_fuses_both_searches_and_keeps_the_lexical_when_embeddings_fail(
     tmp_path: Path,
 ) -> None:
@@ -722,7 +741,7 @@ def test_the_block_keeps_the_best_hits_that_fit_max_tokens(tmp_path: Path) -> No
         r = send(user("Remind me when my passport expires?"))
     block = upstream.chat_requests()[-1]["messages"][-2]
     assert r.headers["x-context-recall"] == "1"
-    assert block["content"] == f"{recall.HEADER}\n[turn 5, user] {PASSPORT}"
+    assert block["content"] == f"{quoting.HEADER}\n[turn 5, user] {PASSPORT}"
     assert TokenCounter().count_message("tiny", block) <= 40
 
 

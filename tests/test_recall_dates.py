@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import recall
+from proxy import quoting
 from proxy.mock import MockUpstream
 from proxy.store import search
 from proxy.store.base import SearchHit
@@ -207,7 +207,7 @@ def test_the_block_writes_a_hits_date_once_and_not_where_the_quote_holds_it() ->
         SearchHit(9, 5, "user", "(9 June 2023) Vet day!", 0.5, dated="9 June 2023"),
         SearchHit(12, 7, "user", "Undated chat.", 0.2),
     ]  # fmt: skip
-    assert recall.quote(hits, 400).split("\n")[1:] == [
+    assert quoting.quote(hits, 400).split("\n")[1:] == [
         "[turn 2, user, 8 May 2023] I adopted a kitten.",
         "[turn 2, assistant] Cute!",
         "[turn 5, user] (9 June 2023) Vet day!",
@@ -263,5 +263,5 @@ def test_a_recalled_statement_comes_with_the_date_of_its_sitting(tmp_path: Path)
     block, question = forwarded[-1]["content"]
     assert question == {"type": "text", "text": "When did I adopt the kitten?"}
     lines = block["text"].split("\n")
-    assert lines[0] == recall.HEADER
+    assert lines[0] == quoting.HEADER
     assert f"[turn 4, user, 15 May 2023] {KITTEN}" in lines

@@ -8,7 +8,7 @@ here. They are not the goal (the held-out benchmark is); see docs/recall.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from bench.recall_eval import (
     evaluate,
     fourth_set,
     load,
+    main,
     other_set,
     third_set,
 )
@@ -33,6 +34,7 @@ from bench.recall_set import (
 )
 from bench.recall_third import chats as third_chats
 from bench.recall_wires import WIRES
+from proxy.mock.embeddings import embedding_of
 
 pytestmark = pytest.mark.integration
 
@@ -212,6 +214,36 @@ def test_hybrid_finds_what_either_search_does_and_recalls_falsely_only_where_one
     assert hybrid.found >= max(s.found for s in alone), hybrid.line()
     either = {q for s in alone for q in s.recalled_falsely or ()}
     assert set(hybrid.recalled_falsely or ()) <= either, hybrid.line()
+
+
+def test_the_eval_answers_embeddings_with_the_vectors_it_is_given() -> None:
+    """A model's vectors (`--embeddings-model`) come in as `vectors`: here the mock's
+    own, so the row is the mock's, and the same on every run."""
+    convo = dev_set(1)
+    asked: list[str] = []
+
+    def vectors(texts: Sequence[str]) -> list[list[float]]:
+        asked.extend(texts)
+        return [embedding_of(t) for t in texts]
+
+    given = evaluate(convo, "row", method="embeddings", vectors=vectors)
+    assert given.line() == evaluate(convo, "row", method="embeddings").line()
+    assert {q.text for q in convo[0].questions} <= set(asked)
+    assert {m["content"] for m in convo[0].messages[:-4]} <= set(asked)  # archived, embedded
+
+
+def test_the_eval_refuses_embeddings_rows_without_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (
+        ["--only", "dev", "--methods", "lexical,hybrid"],
+        ["--only", "dev", "--embeddings-model", str(tmp_path)],
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+    err = capsys.readouterr().err
+    assert "needs --embeddings-model" in err
+    assert "holds no sentence-transformers model" in err
 
 
 def test_an_evidence_turn_reached_the_model_whole_or_by_its_answer_sentence() -> None:

@@ -3,7 +3,7 @@ of the question's words otherwise than in the first person, and only where it fi
 
 The search reads the message (test drives a real FTS5 index through `search_messages`,
 as a store's archive is searched); `recall.fresh` decides whether the hit reacts;
-`fitting.fitted` gives it room only where the hits lose none.
+`quoting.fitted` gives it room only where the hits lose none.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import english, fitting, recall
+from proxy import english, quoting, recall
 from proxy.messages import Message
 from proxy.store.base import SearchHit
 from proxy.store.search import search_messages
@@ -39,11 +39,11 @@ def test_a_hit_reacting_to_news_carries_the_news() -> None:
     reaction = hit(5, "Your art on a wall! That's amazing, congrats!", prompt=(NEWS,))
     (chosen,) = recall.fresh([reaction], question, [], k=3)
     assert chosen.prompt == (NEWS,)
-    assert recall.quoted([chosen]) == 2
+    assert quoting.quoted([chosen]) == 2
     # The block quotes what it reacted to first, as it was said.
-    assert recall.quote([chosen], 500) == "\n".join(
+    assert quoting.quote([chosen], 500) == "\n".join(
         [
-            recall.HEADER,
+            quoting.HEADER,
             f"[turn 4, assistant] {NEWS.text}",
             f"[turn 5, user] {reaction.text}",
         ]
@@ -124,8 +124,8 @@ def test_what_hits_react_to_never_costs_a_hit_or_its_room(
         for i, (own, before, reacts) in enumerate(sizes)
     ]
     bare = [SearchHit(h.seq, h.turn, h.role, h.text, h.score) for h in found]
-    content, quoted = fitting.fitted(found, "art?", budget, count)
-    alone, alone_quoted = fitting.fitted(bare, "art?", budget, count)
+    content, quoted = quoting.fitted(found, "art?", budget, count)
+    alone, alone_quoted = quoting.fitted(bare, "art?", budget, count)
     assert count(content) <= budget or not quoted
     # With what they react to or without, the hits are quoted as they would be alone.
     prompts = {f"[turn {p.turn}, {p.role}]" for h in found for p in h.prompt}
@@ -165,5 +165,5 @@ def test_a_long_message_is_not_quoted_both_as_a_prompt_and_as_its_passage() -> N
     question = "Would Owen enjoy a visit to an art museum?"
     (hits,) = search_messages(messages, [(["art"], True)], 10)
     chosen = recall.fresh(hits, question, [], k=5)
-    block = recall.quote(chosen, 400, question)
+    block = quoting.quote(chosen, 400, question)
     assert block.count("[turn 1, assistant]") == 1, block

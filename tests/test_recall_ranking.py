@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from proxy import english, fusion, recall
+from proxy import english, fusion, quoting, recall
 from proxy.store import relevance
 from proxy.store.base import SearchHit
 
@@ -637,7 +637,7 @@ def test_a_reply_already_forwarded_or_quoted_is_left_out() -> None:
     assert recall.fresh([asked], question, [answer.text], k=3)[0].replies == ()
     # The answer as a hit of its own after the question that carried it: not twice.
     assert recall.fresh([asked, answer], question, [], k=3) == [asked]
-    assert recall.quoted([asked]) == 2
+    assert quoting.quoted([asked]) == 2
 
 
 def test_only_a_hit_asking_about_the_question_brings_its_reply() -> None:
@@ -653,9 +653,9 @@ def test_only_a_hit_asking_about_the_question_brings_its_reply() -> None:
 def test_the_block_quotes_each_hit_then_its_replies() -> None:
     answer = hit(4, "A silver Prius.", "assistant")
     asked = SearchHit(3, 3, "user", "Still driving that old car?", 9.0, (answer,))
-    assert recall.quote([asked, hit(9, "Car wash on Sunday.")], 500) == "\n".join(
+    assert quoting.quote([asked, hit(9, "Car wash on Sunday.")], 500) == "\n".join(
         [
-            recall.HEADER,
+            quoting.HEADER,
             "[turn 3, user] Still driving that old car?",
             "[turn 4, assistant] A silver Prius.",
             "[turn 9, user] Car wash on Sunday.",
@@ -666,13 +666,13 @@ def test_the_block_quotes_each_hit_then_its_replies() -> None:
 def test_a_long_message_is_quoted_around_its_match_not_its_head() -> None:
     filler = [f"Line {i} about the weather and the train." for i in range(20)]
     text = " ".join([*filler[:10], "I am allergic to peanuts.", *filler[10:]])
-    quoted = recall.excerpt(text, 200, recall.stems("What is Evan allergic to?"))
+    quoted = quoting.excerpt(text, 200, recall.stems("What is Evan allergic to?"))
     assert "I am allergic to peanuts." in quoted
     assert quoted.startswith("[...] ") and quoted.endswith(" [...]")
     assert len(quoted) <= 200 + len("[...]  [...]")
     # No word in common: the head; short texts whole.
-    assert recall.excerpt(text, 50, recall.stems("Which opera?")) == text[:50] + " [...]"
-    assert recall.excerpt("short", 50, frozenset()) == "short"
+    assert quoting.excerpt(text, 50, recall.stems("Which opera?")) == text[:50] + " [...]"
+    assert quoting.excerpt("short", 50, frozenset()) == "short"
 
 
 SENTENCES = st.sampled_from(
@@ -685,7 +685,7 @@ def test_an_excerpt_is_a_marked_stretch_of_the_text_within_budget(
     sentences: list[str], joint: str
 ) -> None:
     text = joint.join(sentences)
-    quoted = recall.excerpt(text, 40, recall.stems("tea"))
+    quoted = quoting.excerpt(text, 40, recall.stems("tea"))
     core = quoted.removeprefix("[...] ").removesuffix(" [...]")
     assert len(core) <= 40 and core in text
     if len(text) <= 40:
@@ -697,3 +697,38 @@ def test_an_excerpt_is_a_marked_stretch_of_the_text_within_budget(
         assert quoted.endswith(" [...]") == bool(text[at + len(core) :].strip())
         if "tea" in text:
             assert "tea" in core
+
+
+def test_embeddings_hits_spoken_to_whom_the_question_asks_about_are_left_out() -> None:
+    question = "Which city did Melanie's sister move to?"
+    hits = [
+        hit(1, "That's so cool, Melanie! Will you go back?"),
+        hit(2, "So my little sister Tess got the job! She is relocating to Phoenix."),
+        hit(3, "Hey Melanie! How's it going?"),
+        hit(4, "Melanie told me she moved the couch."),  # names her, speaks of her
+        hit(5, "Talk soon, Audrey!"),  # someone the question does not name
+    ]
+    assert recall.unaddressed(hits, question) == [hits[1], hits[3], hits[4]]
+    # A question naming no one (its opening word is no name) keeps every hit.
+    assert recall.unaddressed(hits, "Melanie, which city did your sister move to?") == hits
+    assert recall.unaddressed(hits, "Where did the sister move?") == hits
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["Talk soon, Evan!", "Hey Evan! Long time.", "Evan bought a boat.", "We went out."]
+        ),
+        max_size=8,
+    ),
+    st.sampled_from(["What did Evan buy?", "What did Maya buy?", "What did we buy?"]),
+)
+def test_unaddressed_keeps_the_order_and_leaves_out_only_what_addresses_a_name_asked_about(
+    texts: list[str], question: str
+) -> None:
+    hits = [hit(i, text) for i, text in enumerate(texts)]
+    kept = recall.unaddressed(hits, question)
+    assert kept == [h for h in hits if h in kept]  # a subsequence, in order
+    for h in hits:
+        spoken_to = "Evan" in question and relevance.addressing("Evan").search(h.text)
+        assert (h in kept) is not spoken_to

@@ -28,6 +28,7 @@ from proxy.mock import MockUpstream
 from proxy.outcome import Outcome
 from proxy.reduction.types import Reduction
 from proxy.store import ArchiveEntry, ConvKey, SqliteStore
+from proxy.turn.background import Background
 from proxy.turn.commit import _branch
 from proxy.turn.sessions import HASH_BYTES, OVERHEAD, Branch, Recalled, Sessions, Unwritten
 from proxy.turn.state import SnapshotState
@@ -562,3 +563,27 @@ def test_a_cut_request_waits_for_its_kept_turns_write_before_it_lets_the_lock_go
 
     held, wrote, still_locked = asyncio.run(scenario())
     assert held and wrote and not still_locked
+
+
+@pytest.mark.asyncio
+async def test_background_settled_waits_for_every_task_and_those_they_start() -> None:
+    background, done = Background(), []
+    key = ConvKey("t", "c")
+
+    async def second() -> None:
+        await asyncio.sleep(0.01)
+        done.append("second")
+
+    async def first() -> None:
+        await asyncio.sleep(0.01)
+        background.spawn((key, "second"), second())
+        done.append("first")
+
+    async def failing() -> None:
+        raise RuntimeError("a task's failure is its own")
+
+    background.spawn((key, "first"), first())
+    background.spawn((key, "failing"), failing())
+    await background.settled()
+    assert done == ["first", "second"] and len(background) == 0
+    await background.settled()  # nothing left: returns at once

@@ -56,6 +56,12 @@ class Background:
                 task.cancel()
                 del self._tasks[key]
 
+    async def settled(self) -> None:
+        """Return once every task has finished, those the finishing ones started too
+        (a replay that must not depend on the machine's speed waits so)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
     async def close(self) -> None:
         tasks = list(self._tasks.values())
         for task in tasks:

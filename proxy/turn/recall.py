@@ -16,7 +16,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import english, feedback, fitting, fusion, recall
+from .. import english, feedback, fusion, quoting, recall
 from ..conversation import Turn
 from ..dialects import Dialect
 from ..embeddings import EmbeddingsUnavailable
@@ -212,7 +212,7 @@ async def _search(
     def count(content: str) -> int:
         return ctx.counter.count_message(model, {"role": "system", "content": content})
 
-    return fitting.fitted(found, question, budget, count)
+    return quoting.fitted(found, question, budget, count)
 
 
 async def _ranked(
@@ -230,7 +230,8 @@ async def _ranked(
     the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
     all of them when the question asks beyond its words (`recall.asks_beyond`); and
     whether the hits come from the turn's `own` history (see `_lexical`).
-    Embeddings judge a question by its meaning, not its words.
+    Embeddings judge a question by its meaning, not its words, and only a turn that
+    asks: a statement gets its lexical hits alone.
 
     Embeddings hits are kept only by the similarity margin above every forwarded
     message. Hybrid recall fuses them with the BM25 hits above every forwarded
@@ -250,6 +251,10 @@ async def _ranked(
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None or searched_own:
         return lexical, unjudged, searched_own
+    if not english.asking(question)[0]:
+        # A turn that asks nothing is close in meaning to the chat before it, as chat is:
+        # its similarity tells nothing, only the words it alone names (lexical) do.
+        return lexical, unjudged, False
     try:
         (vector,) = await embedder.embed([question], headers)
     except EmbeddingsUnavailable as exc:
@@ -264,6 +269,7 @@ async def _ranked(
         min_similarity=ctx.settings.recall.min_similarity,
         within=within,
     )
+    semantic = recall.unaddressed(semantic, question)
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset(), False
