@@ -732,3 +732,22 @@ def test_unaddressed_keeps_the_order_and_leaves_out_only_what_addresses_a_name_a
     for h in hits:
         spoken_to = "Evan" in question and relevance.addressing("Evan").search(h.text)
         assert (h in kept) is not spoken_to
+
+
+@pytest.mark.parametrize(
+    ("question", "said"),
+    [
+        ("When did you move to Oregon?", "Last spring I finally moved to Portland, Oregon."),
+        ("How was the concert with Jake?", "Went to the concert with my brother, Jake. Loved it."),
+        ("What did you think of Lisbon?", "Lisbon, what a city! The food was amazing."),
+    ],
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="unaddressed reads one message's pattern; the lexical search asks the conversation",
+)
+def test_a_name_closing_a_list_or_an_apposition_is_not_spoken_to(question: str, said: str) -> None:
+    """The statement names the place or person after a comma: nobody is addressed. An
+    embeddings hit so written is dropped all the same (docs/recall.md, "What is left")."""
+    said_hit = hit(1, said)
+    assert recall.unaddressed([said_hit], question) == [said_hit]

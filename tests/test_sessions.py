@@ -587,3 +587,41 @@ async def test_background_settled_waits_for_every_task_and_those_they_start() ->
     await background.settled()
     assert done == ["first", "second"] and len(background) == 0
     await background.settled()  # nothing left: returns at once
+
+
+async def _waits(event: asyncio.Event, log: list[str], name: str) -> None:
+    try:
+        await event.wait()
+        log.append(f"{name} done")
+    except asyncio.CancelledError:
+        log.append(f"{name} cancelled")
+        raise
+
+
+@pytest.mark.asyncio
+async def test_a_task_spawned_again_after_a_cancel_stays_tracked() -> None:
+    """A cancelled task ends after its key went to a new task: its end must not
+    forget the new one (`settled` would return before it, `close` not cancel it)."""
+    background, log, event = Background(), [], asyncio.Event()
+    key = (ConvKey("t", "c"), "embed")
+    background.spawn(key, _waits(event, log, "old"))
+    await asyncio.sleep(0)
+    background.cancel(ConvKey("t", "c"))
+    background.spawn(key, _waits(event, log, "new"))
+    await asyncio.sleep(0.01)
+    assert len(background) == 1
+    await background.close()
+    event.set()
+    await asyncio.sleep(0.01)
+    assert log == ["old cancelled", "new cancelled"]
+
+
+@pytest.mark.asyncio
+async def test_giving_up_waiting_for_settled_cancels_no_task() -> None:
+    background, log, event = Background(), [], asyncio.Event()
+    background.spawn((ConvKey("t", "c"), "embed"), _waits(event, log, "task"))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(background.settled(), 0.05)
+    event.set()
+    await asyncio.sleep(0.01)
+    assert log == ["task done"]

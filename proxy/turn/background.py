@@ -40,8 +40,13 @@ class Background:
             return False
         task = asyncio.create_task(work)
         self._tasks[key] = task
-        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        task.add_done_callback(lambda done: self._forget(key, done))
         return True
+
+    def _forget(self, key: tuple[ConvKey, Hashable], task: asyncio.Task[None]) -> None:
+        # A task cancelled with its conversation ends after another may take its key.
+        if self._tasks.get(key) is task:
+            del self._tasks[key]
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -60,7 +65,8 @@ class Background:
         """Return once every task has finished, those the finishing ones started too
         (a replay that must not depend on the machine's speed waits so)."""
         while self._tasks:
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            # `wait`, not `gather`: a caller giving up waiting cancels none of the tasks.
+            await asyncio.wait(list(self._tasks.values()))
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
