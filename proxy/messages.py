@@ -132,8 +132,12 @@ def as_meant(message: Message) -> Message:
     if type(message) is not dict:
         return message
     kind = message.get("type")
-    unsaid = _ITEM_ONLY.get(kind, ()) if kind is None or type(kind) is str else ()
-    if unsaid and any(k in message for k in unsaid):
+    # Most messages are chat messages, with none of these fields: two lookups decide it.
+    if kind is None:
+        if "id" in message or "status" in message:
+            message = {k: v for k, v in message.items() if k not in _ITEM_ONLY[None]}
+    elif type(kind) is str and kind in _ITEM_ONLY:
+        unsaid = _ITEM_ONLY[kind]
         message = {k: v for k, v in message.items() if k not in unsaid}
     content = message.get("content")
     if type(content) is list:
