@@ -268,18 +268,9 @@ def outranking(
     ]
 
 
-def unaddressed(hits: Sequence[SearchHit], question: str) -> list[SearchHit]:
-    """The `hits` that address none of the people `question` names ("Talk soon, Evan!").
-
-    For an embedding model a name weighs much in a short text, so what is said
-    to someone ranks close to a question about them; but what a chat says of
-    a person, they say themselves, in the first person, to the other. The
-    lexical search weighs a name so used apart (`relevance.addressed`); by
-    similarity the name cannot be told from the rest, so such a message is
-    not judged by it at all: neither a hit nor, forwarded, the bar to beat.
-    """
-    spoken_to = [relevance.addressing(name) for name in _names(question).values()]
-    return [h for h in hits if not any(p.search(h.text) for p in spoken_to)]
+def named(question: str) -> list[str]:
+    """The names `question` writes (`_names`), as written."""
+    return list(_names(question).values())
 
 
 def covering(context: Sequence[str], wanted: frozenset[str]) -> list[frozenset[str]]:

@@ -1420,3 +1420,39 @@ async def test_sqlite_read_only_sees_expired_turns_and_cannot_write(
     finally:
         await looker.close()
     assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM conversations").fetchone() == (1,)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("Oregon", "Last spring I finally moved to Portland, Oregon."),
+        ("Jake", "Went to the concert with my brother, Jake. Loved it."),
+        ("Lisbon", "Lisbon, what a city! The food was amazing."),
+    ],
+)
+async def test_nearest_leaves_out_only_messages_spoken_to_whom_the_sides_call_so(
+    store: Store, name: str, said: str
+) -> None:
+    """A name after a comma addresses someone only where the conversation calls someone so:
+    "Talk soon, Audrey!" is what is said to Audrey, and says nothing of her; "Portland,
+    Oregon." names a place, as the conversation's other messages naming it show."""
+    chat = [
+        system(),
+        user("Hey Audrey! How was the week?"),
+        assistant(said),
+        user(f"I have never been to {name} myself."),
+        assistant("Talk soon, Audrey!"),
+        user(f"Tell me more about {name} next time."),
+        assistant("Thanks, Audrey. Bye!"),
+    ]
+    await store.commit(turn(ALICE, chat))
+    pending = await store.unembedded(ALICE, "emb", limit=100)
+    await store.put_vectors(ALICE, "emb", [(seq, unit(1, 0, seq / 10)) for seq, _ in pending])
+    near = await store.nearest(
+        ALICE, "emb", unit(1, 0, 0), limit=20, min_similarity=0.0, names=["Audrey", name]
+    )
+    texts = [h.text for h in near]
+    assert said in texts and not any("Audrey" in t for t in texts), texts
+    every = await store.nearest(ALICE, "emb", unit(1, 0, 0), limit=20, min_similarity=0.0)
+    assert "Talk soon, Audrey!" in [h.text for h in every]

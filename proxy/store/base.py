@@ -258,9 +258,11 @@ class Store(Protocol):
         limit: int,
         min_similarity: float,
         within: Set[str] | None = None,
+        names: Sequence[str] = (),
     ) -> list[SearchHit]:
         """Messages whose stored vectors are most similar to `vector` (cosine), best first;
-        only those `within` a branch (chain hashes), if given, as for `search`."""
+        only those `within` a branch (chain hashes), if given, as for `search`; none that
+        addresses one of `names` the conversation's sides call each other by."""
         ...
 
     async def keep_summary(self, key: ConvKey, request: str, text: str) -> None:

@@ -148,8 +148,9 @@ class Searchable:
         limit: int,
         min_similarity: float,
         within: Set[str] | None = None,
+        names: Sequence[str] = (),
     ) -> list[SearchHit]:
         def op(db: sqlite3.Connection, conv: int) -> list[SearchHit]:
-            return nearest(db, conv, model, vector, limit, min_similarity, within)
+            return nearest(db, conv, model, vector, limit, min_similarity, within, names)
 
         return await self._indexed(key, op, [])

@@ -59,9 +59,10 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from ..english import SENTENCE
+from .base import SearchHit
 
 MATCHED_SHARE, UNSEEN_SHARE = 0.5, 0.5
 RARE_DOCS, RARE_SHARE = 2, 0.05
@@ -97,6 +98,12 @@ def addressed(word: str, texts: Iterable[str]) -> bool:
     if used == len(sample):
         return used >= ADDRESSED_ALL
     return used >= max(ADDRESSED_MIN, ADDRESSED_SHARE * len(sample))
+
+
+def unaddressed(hits: Sequence[SearchHit], names: Iterable[str]) -> list[SearchHit]:
+    """The `hits` that address none of `names` ("Talk soon, Evan!"), in their order."""
+    spoken_to = [addressing(name) for name in names]
+    return [h for h in hits if not any(p.search(h.text) for p in spoken_to)]
 
 
 def questions(text: str) -> list[str]:

@@ -368,9 +368,18 @@ def nearest(
     limit: int,
     min_similarity: float,
     within: Set[str] | None = None,
+    names: Sequence[str] = (),
 ) -> list[SearchHit]:
     """The `limit` messages most similar to `vector` (cosine), at or above `min_similarity`,
-    of those `within` a branch (chain hashes) if given."""
+    of those `within` a branch (chain hashes) if given, less those that address one of
+    the `names` (a question's) the conversation's sides call each other by.
+
+    For an embedding model a name weighs much in a short text, so what is said to
+    someone ("Talk soon, Evan!") ranks close to a question about them, while what a
+    chat says of a person they say themselves, to the other. Whether a name is one the
+    sides call each other by is decided on the conversation, as the lexical search
+    decides it (`relevance.addressed`): "moved to Portland, Oregon." addresses nobody.
+    """
     import numpy as np  # the `embeddings` extra; only embeddings recall gets here
 
     query = np.frombuffer(vector, dtype=np.float32)
@@ -400,7 +409,16 @@ def nearest(
     said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
     texts = whole((int(s), str(b)) for s, _, _, b in found)
     hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]
+    hits = relevance.unaddressed(hits, [n for n in names if _called(db, conv, n, within)])
     return dates.dated(db, conv, sorted(hits, key=lambda h: (-h.score, -h.seq)), within)
+
+
+def _called(db: sqlite3.Connection, conv: int, name: str, within: Set[str] | None) -> bool:
+    """Whether the conversation's sides call each other `name` (as `search` leaves a
+    name out of its query)."""
+    postings = _postings(db, _tag(conv), (name,), within)
+    said = len(set(postings.values())) >= relevance.ADDRESSED_ALL
+    return said and _addressed(db, name, postings)
 
 
 def _seqs_within(db: sqlite3.Connection, conv: int, within: Set[str]) -> set[int]:

@@ -268,8 +268,8 @@ async def _ranked(
         limit=limit,
         min_similarity=ctx.settings.recall.min_similarity,
         within=within,
+        names=recall.named(question),
     )
-    semantic = recall.unaddressed(semantic, question)
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
     if method != "hybrid":
         return semantic, frozenset(), False
