@@ -18,7 +18,7 @@ from cachetools import LRUCache
 
 from .conversation import tenant_of
 from .store.base import ConvKey, Store
-from .store.search import unit_vector
+from .store.vectors import unit_vector
 from .upstream import post_json
 
 log = logging.getLogger("context_proxy.embeddings")

@@ -7,7 +7,7 @@ make the proxy fail.
 
 from __future__ import annotations
 
-import contextlib
+import copy
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import ProxyError
-from proxy.messages import digest
+from proxy.messages import as_meant, digest
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=8),
@@ -29,9 +29,13 @@ JSON = st.recursive(
 @pytest.mark.parametrize("kind", [["text"], {"a": 1}])
 def test_a_text_block_whose_type_is_not_a_string_is_hashed_not_raised(kind: Any) -> None:
     # An unhashable `type` was looked up among the text types: a 500 for any client.
-    digest({"role": "user", "content": [{"type": kind, "text": "hi"}]})
+    odd = digest({"role": "user", "content": [{"type": kind, "text": "hi"}]})
+    assert len(odd) == 16
+    # Not a text block, so not read as its string: another message than "hi".
+    assert odd != digest({"role": "user", "content": "hi"})
     nested = [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": kind, "text": "x"}]}]
-    digest({"role": "user", "content": nested})
+    plain = [{"type": "tool_result", "tool_use_id": "t", "content": "x"}]
+    assert digest({"role": "user", "content": nested}) != digest({"role": "user", "content": plain})
 
 
 BLOCKS = st.fixed_dictionaries(
@@ -43,5 +47,13 @@ BLOCKS = st.fixed_dictionaries(
 @given(st.sampled_from(["user", "assistant", "tool"]), st.lists(BLOCKS | JSON, max_size=3), JSON)
 def test_any_json_message_has_an_identity(role: str, blocks: list[Any], kind: Any) -> None:
     message = {"role": role, "type": kind, "content": blocks}
-    with contextlib.suppress(ProxyError):  # a message nested too deep: the client's 400
-        digest(message)
+    sent = copy.deepcopy(message)
+    try:
+        identity = digest(message)
+    except ProxyError:  # a message nested too deep: the client's 400, not the proxy's 500
+        return
+    assert len(identity) == 16
+    # The identity reads the message; what goes upstream is the client's, untouched.
+    assert message == sent
+    # What says nothing is left out once: the identity of the identity is the same.
+    assert digest(as_meant(message)) == identity

@@ -967,7 +967,7 @@ async def test_search_skips_expired_conversations(store: Store, clock: Clock) ->
 
 
 def unit(*values: float) -> bytes:
-    from proxy.store.search import unit_vector
+    from proxy.store.vectors import unit_vector
 
     return unit_vector(values)
 

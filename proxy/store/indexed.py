@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable, Sequence, Set
 from typing import TypeVar
 
 from proxy.store.base import ArchivedMessage, ConvKey, SearchHit, StoreError
-from proxy.store.search import add, create, forget, nearest, put_vectors, search, unembedded
+from proxy.store.search import add, create, forget, search
+from proxy.store.vectors import nearest, put_vectors, unembedded
 
 T = TypeVar("T")
 

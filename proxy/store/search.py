@@ -1,4 +1,4 @@
-"""Search over a conversation's archive: SQLite FTS5 ranked by BM25, and stored embeddings.
+"""Search over a conversation's archive: SQLite FTS5 ranked by BM25.
 
 One implementation serves every backend. The SQLite store keeps the index in
 its own file beside the archive; the memory and Redis stores keep it in an
@@ -12,8 +12,7 @@ last search of that conversation, so commits never pay for search and a store
 that ran with recall off catches up on first use. The cost of a search is
 therefore proportional to the new messages plus the postings of the query words.
 
-Embeddings are stored per indexed message and model, as unit-length float32,
-so similarity is one numpy matrix-vector product.
+Embedding vectors are stored beside the index (`proxy.store.vectors`).
 
 What passes the relevance floor is `proxy.store.relevance`'s to decide; the
 search ranks what passes by BM25 over the question's words, the names the
@@ -23,7 +22,6 @@ sides call each other by left out.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence, Set
@@ -35,7 +33,7 @@ from proxy.blocks import holds_results
 from proxy.messages import Message, role, text_of
 from proxy.store import dates, relevance
 from proxy.store.base import SearchHit, StoreError
-from proxy.store.replies import REPLIED, Replies, whole
+from proxy.store.replies import REPLIED, Replies
 
 MAX_WORDS = 16
 # Feedback words (`search(feedback=)`) come from a few chosen hits, each word one index lookup.
@@ -84,7 +82,8 @@ def create(db: sqlite3.Connection) -> None:
     db.execute(SET_RANK)
 
 
-def _tag(conv: int) -> str:
+def conv_tag(conv: int) -> str:
+    """The FTS5 term that keeps a query to conversation `conv`'s rows."""
     return f'conv : "k{conv}"'
 
 
@@ -92,7 +91,7 @@ def forget(db: sqlite3.Connection, conv: int) -> None:
     db.execute(
         "DELETE FROM message_search WHERE rowid IN"
         " (SELECT rowid FROM message_search WHERE message_search MATCH ?)",
-        (_tag(conv),),
+        (conv_tag(conv),),
     )
     db.execute("DELETE FROM search_progress WHERE conversation_id = ?", (conv,))
     db.execute("DELETE FROM message_vectors WHERE conversation_id = ?", (conv,))
@@ -172,7 +171,7 @@ def search(
     wanted = list(forms)[: MAX_WORDS if feedback is None else MAX_FEEDBACK_WORDS]
     if not wanted or limit <= 0:
         return []
-    tag = _tag(conv)
+    tag = conv_tag(conv)
     # The floor weighs messages, whatever passages they are indexed as: a fact and the
     # words around it in one message (a speaker's label, the question it answers) are
     # one statement. BM25 then ranks the passages of the messages that pass.
@@ -189,13 +188,7 @@ def search(
             w: p for w, p in postings.items() if relevance.leads(w, set(p.values()), feedback)
         }
         wanted = [w for w in wanted if w in postings]
-    names = [
-        w
-        for w, p in postings.items()
-        if len(forms[w]) == 1
-        and len(set(p.values())) >= relevance.ADDRESSED_ALL
-        and _addressed(db, w, p)
-    ]
+    names = [w for w, p in postings.items() if len(forms[w]) == 1 and _calls(db, w, p)]
     counted = {w: frozenset(p.values()) for w, p in postings.items() if w not in names}
     # A capitalised word is a name the question writes (`recall.terms`): it says whom
     # or what the question is about. Capitals inside a word ("UserService") are an
@@ -306,38 +299,22 @@ def _postings(
     return {int(r): int(seq) for r, seq, h in rows if within is None or h in within}
 
 
-def _addressed(db: sqlite3.Connection, word: str, rowids: Iterable[int]) -> bool:
-    """Whether `word` is a name the conversation's sides call each other by.
+def called(db: sqlite3.Connection, conv: int, name: str, within: Set[str] | None) -> bool:
+    """Whether the conversation's sides call each other `name` (as `search` leaves a
+    name out of its query)."""
+    return _calls(db, name, _postings(db, conv_tag(conv), (name,), within))
+
+
+def _calls(db: sqlite3.Connection, word: str, postings: dict[int, int]) -> bool:
+    """Whether `word`, in the rows `postings` (to their messages), is a name the
+    conversation's sides call each other by: said in enough messages, mostly so.
 
     The sample is of rows, so a long message's passages count one by one: a
     greeting opens one of them, which is how a name addressed reads anyway.
     """
-    return relevance.addressed(word, _texts(db, rowids, relevance.ADDRESS_SAMPLE))
-
-
-def unit_vector(values: Sequence[float]) -> bytes:
-    """float32 bytes scaled to length 1, so cosine similarity is one dot product."""
-    import numpy as np  # the `embeddings` extra; only embeddings recall gets here
-
-    v = np.asarray(values, dtype=np.float32)
-    norm = float(np.linalg.norm(v))
-    return (v / norm if norm > 0 else v).astype(np.float32).tobytes()
-
-
-def unembedded(db: sqlite3.Connection, conv: int, model: str, limit: int) -> list[tuple[int, str]]:
-    """Indexed messages with no vector for `model` yet, oldest first: `(seq, text)`."""
-    have = {
-        int(r[0])
-        for r in db.execute(
-            "SELECT seq FROM message_vectors WHERE conversation_id = ? AND model = ?", (conv, model)
-        )
-    }
-    rows = db.execute(
-        "SELECT seq, body FROM message_search WHERE message_search MATCH ? ORDER BY seq, rowid",
-        (_tag(conv),),
-    )
-    texts = whole((int(seq), str(body)) for seq, body in rows if int(seq) not in have)
-    return list(itertools.islice(texts, max(0, limit)))
+    if len(set(postings.values())) < relevance.ADDRESSED_ALL:
+        return False
+    return relevance.addressed(word, _texts(db, postings, relevance.ADDRESS_SAMPLE))
 
 
 def hashes_of(db: sqlite3.Connection, conv: int, seqs: Sequence[int]) -> dict[int, str]:
@@ -345,88 +322,9 @@ def hashes_of(db: sqlite3.Connection, conv: int, seqs: Sequence[int]) -> dict[in
     rows = db.execute(
         "SELECT seq, hash FROM message_search WHERE message_search MATCH ?"
         " AND seq IN (SELECT value FROM json_each(?))",
-        (_tag(conv), orjson.dumps(list(seqs)).decode()),
+        (conv_tag(conv), orjson.dumps(list(seqs)).decode()),
     )
     return {int(seq): str(h) for seq, h in rows}
-
-
-def put_vectors(
-    db: sqlite3.Connection, conv: int, model: str, vectors: Sequence[tuple[int, bytes]]
-) -> None:
-    db.executemany(
-        "INSERT OR REPLACE INTO message_vectors (conversation_id, model, seq, vector)"
-        " VALUES (?, ?, ?, ?)",
-        [(conv, model, seq, vector) for seq, vector in vectors],
-    )
-
-
-def nearest(
-    db: sqlite3.Connection,
-    conv: int,
-    model: str,
-    vector: bytes,
-    limit: int,
-    min_similarity: float,
-    within: Set[str] | None = None,
-    names: Sequence[str] = (),
-) -> list[SearchHit]:
-    """The `limit` messages most similar to `vector` (cosine), at or above `min_similarity`,
-    of those `within` a branch (chain hashes) if given, less those that address one of
-    the `names` (a question's) the conversation's sides call each other by.
-
-    For an embedding model a name weighs much in a short text, so what is said to
-    someone ("Talk soon, Evan!") ranks close to a question about them, while what a
-    chat says of a person they say themselves, to the other. Whether a name is one the
-    sides call each other by is decided on the conversation, as the lexical search
-    decides it (`relevance.addressed`): "moved to Portland, Oregon." addresses nobody.
-    """
-    import numpy as np  # the `embeddings` extra; only embeddings recall gets here
-
-    query = np.frombuffer(vector, dtype=np.float32)
-    # Another branch's messages are left out before ranking, or they could fill the `limit`.
-    mine = None if within is None else _seqs_within(db, conv, within)
-    rows = [
-        (int(seq), blob)
-        for seq, blob in db.execute(
-            "SELECT seq, vector FROM message_vectors WHERE conversation_id = ? AND model = ?",
-            (conv, model),
-        )
-        if len(blob) == len(vector) and (mine is None or seq in mine)
-    ]
-    if not rows or limit <= 0 or not query.size:
-        return []
-    matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.float32)
-    similarity = matrix.reshape(len(rows), query.size) @ query
-    best = [int(i) for i in np.argsort(-similarity, kind="stable")[:limit]]
-    chosen = {rows[i][0]: float(similarity[i]) for i in best if similarity[i] >= min_similarity}
-    if not chosen:
-        return []
-    found = db.execute(
-        "SELECT seq, turn, role, body FROM message_search WHERE message_search MATCH ?"
-        " AND seq IN (SELECT value FROM json_each(?)) ORDER BY seq, rowid",
-        (_tag(conv), orjson.dumps(list(chosen)).decode()),
-    ).fetchall()
-    said = {int(s): (int(t), str(r)) for s, t, r, _ in found}
-    texts = whole((int(s), str(b)) for s, _, _, b in found)
-    hits = [SearchHit(seq, *said[seq], text, chosen[seq]) for seq, text in texts]
-    hits = relevance.unaddressed(hits, [n for n in names if _called(db, conv, n, within)])
-    return dates.dated(db, conv, sorted(hits, key=lambda h: (-h.score, -h.seq)), within)
-
-
-def _called(db: sqlite3.Connection, conv: int, name: str, within: Set[str] | None) -> bool:
-    """Whether the conversation's sides call each other `name` (as `search` leaves a
-    name out of its query)."""
-    postings = _postings(db, _tag(conv), (name,), within)
-    said = len(set(postings.values())) >= relevance.ADDRESSED_ALL
-    return said and _addressed(db, name, postings)
-
-
-def _seqs_within(db: sqlite3.Connection, conv: int, within: Set[str]) -> set[int]:
-    """The indexed messages (by seq) of the branch whose chain hashes are `within`."""
-    rows = db.execute(
-        "SELECT seq, hash FROM message_search WHERE message_search MATCH ?", (_tag(conv),)
-    )
-    return {int(seq) for seq, h in rows if h in within}
 
 
 def search_messages(
