@@ -1,5 +1,5 @@
-"""English words for recall: the words its query skips, the verb forms it joins, their stems,
-and whether a turn asks something.
+"""English words for recall: the words its query skips, the verb forms and kin's names it
+joins, their stems, and whether a turn asks something.
 
 Recall searches an English conversation for the words of an English question.
 A question says "What did she see?" where the statement said "we saw a bear":
@@ -263,13 +263,24 @@ _IRREGULAR = (
     "stick stuck", "strike struck", "swing swung", "forgive forgave forgiven",
 )
 # fmt: on
+# Words for one person or thing that stemming does not join: a question asks about
+# "Melanie's children" or "her father", its answer said "my kids" or "my dad". Kin
+# by their everyday names, and the plurals Porter leaves apart ("children", "people").
+# fmt: off
+_SAME = (
+    "father dad daddy", "mother mom mum mommy mummy", "grandmother grandma granny",
+    "grandfather grandpa granddad", "child children kid", "person people", "man men",
+    "woman women", "wife wives", "foot feet", "tooth teeth", "mouse mice",
+)
+# fmt: on
 FORMS: dict[str, tuple[str, ...]] = {
-    form: tuple(group.split()) for group in _IRREGULAR for form in group.split()
+    form: tuple(group.split()) for group in (*_IRREGULAR, *_SAME) for form in group.split()
 }
 
 
 def forms(word: str) -> tuple[str, ...]:
-    """`word` and the other forms of its verb, base form first; `(word,)` when regular."""
+    """`word` and its other forms (of its verb, or its other names), first form first;
+    `(word,)` when it has none."""
     return FORMS.get(word, (word,))
 
 

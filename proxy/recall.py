@@ -140,7 +140,8 @@ def fresh(
       come cut by their margin already, see `outranking`);
     - a hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
-      earlier instances every time);
+      earlier instances every time), when that message shares two of the
+      question's words or all of them (`_covered`);
     - neither rule judges the hits (by seq) `unjudged`: those the words of a
       question asking beyond them found (`asks_beyond`), whose shared words
       name only its subject, so that a forwarded message sharing them says
@@ -168,7 +169,7 @@ def fresh(
             continue
         seen.add(hit.text)
         matched = stems(hit.text) & wanted
-        if hit.seq not in unjudged and matched and any(matched <= held for held in covered):
+        if hit.seq not in unjudged and _covered(matched, wanted, covered):
             continue
         if hit.replies:
             hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
@@ -183,6 +184,24 @@ def fresh(
         if len(chosen) == k:
             break
     return chosen
+
+
+def _covered(
+    matched: frozenset[str], wanted: frozenset[str], covered: Sequence[frozenset[str]]
+) -> bool:
+    """Whether a hit that `matched` these of the `wanted` stems is covered: one forwarded
+    message holds them all (`covered` holds each one's), and says as much of the
+    question as a message can be judged on: two of its words, or all of them.
+
+    A forwarded message sharing one word of a question asking with several
+    covers nothing: "Mei signed us up for a fun run" says little of whether the
+    model reads what "Signed up for bouldering on thursday evenings" says, for
+    "What class did Tomás sign up for?". The search ranked the hit above every
+    forwarded message it found already (`outranking`).
+    """
+    return bool(matched) and any(
+        matched <= held and (len(held) > 1 or held == wanted) for held in covered
+    )
 
 
 def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]) -> bool:

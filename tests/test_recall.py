@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from proxy import english, quoting, recall
@@ -63,8 +65,38 @@ def test_fresh_skips_the_question_repeats_and_what_the_context_covers() -> None:
     # A forwarded message containing every matched question word covers the hit.
     covering = "Your passport expires soon, renew it."
     assert recall.fresh(hits, question, [covering], k=3) == []
-    # Partial overlap does not: "expire" is matched by the fact, absent here.
-    assert recall.fresh(hits, question, ["Passport photos cost 5 euros."], k=3) == [hits[1]]
+    # Partial overlap does not: "expire" is matched by the fact, absent here. Nor does a
+    # message sharing one word of the question's two: it says little of what it is about.
+    photos = "Passport photos cost 5 euros."
+    assert recall.fresh(hits, question, [photos], k=3) == [hits[1], hits[3]]
+    # One word of two covers nothing; the question's one word, or two of them, do.
+    asked = "What class did Tomás sign up for?"
+    signed = [hit("Signed up for bouldering on thursday evenings", 4, score=5.6)]
+    assert recall.fresh(signed, asked, ["Mei signed us up for a fun run."], k=3) == signed
+    assert recall.fresh(signed, asked, ["Mei signed us up for a spin class."], k=3) == []
+    assert recall.fresh(signed, "Sign?", ["Mei signed us up for a fun run."], k=3) == []
+
+
+SUBJECTS = ("kayak", "museum", "passport", "guitar", "garden", "ramen")
+
+
+@given(
+    st.sets(st.sampled_from(SUBJECTS), min_size=1, max_size=4),
+    st.sets(st.sampled_from(SUBJECTS), max_size=4),
+    st.sets(st.sampled_from(SUBJECTS), max_size=4),
+)
+def test_a_forwarded_message_covers_a_hit_only_with_two_of_the_questions_words_or_all(
+    asked: set[str], said: set[str], forwarded: set[str]
+) -> None:
+    """The hit is skipped exactly when one forwarded message holds every question word it
+    matched, and that message holds two of the question's words or all of them."""
+    question = f"{' and '.join(sorted(asked))}?"
+    hit_text = f"Notes: {' '.join(sorted(said))} then lunch."
+    window = f"Earlier: {' '.join(sorted(forwarded))} and coffee."
+    matched, held = said & asked, forwarded & asked
+    skipped = bool(matched) and matched <= held and (len(held) > 1 or held == asked)
+    kept = recall.fresh([hit(hit_text, 3)], question, [window], k=3)
+    assert [h.text for h in kept] == ([] if skipped else [hit_text])
 
 
 def test_fresh_stops_below_a_message_the_model_already_sees() -> None:

@@ -262,8 +262,10 @@ def _aliased(
     """
     forms, postings = dict(forms), dict(postings)
     for word in [w for w in postings if w.lower() in english.RELATIONS]:
-        relation = word.lower()
-        names = set().union(*(english.named(relation, b) for b in _texts(db, postings[word])))
+        # By any name the relation goes by: "my dad Joe" names "Melanie's father".
+        relations = [f for f in forms[word] if f in english.RELATIONS]
+        texts = _texts(db, postings[word])
+        names = set().union(*(english.named(r, b) for r in relations for b in texts))
         kept = [n for n in sorted(names) if _a_name(db, tag, n, within)]
         if 0 < len(kept) <= MAX_ALIASES:
             forms[word] = tuple(dict.fromkeys((*forms[word], *kept)))
