@@ -146,7 +146,8 @@ def fresh(
       question asking beyond them found (`asks_beyond`), whose shared words
       name only its subject, so that a forwarded message sharing them says
       nothing of whether the answer is forwarded;
-    - the question itself, and repeats of an earlier hit, are skipped;
+    - the question itself, and repeats of an earlier hit, are skipped, as is a hit
+      whose sentences on the question's words the chosen hits hold already (`_on`);
     - a hit keeps the replies it carries only when it asks about the question,
       and only those neither forwarded nor quoted already;
     - a hit keeps the message it followed (its `prompt`, the other side's) only
@@ -163,11 +164,17 @@ def fresh(
     seen = {question.strip()}
     # Messages quoted whole as what a hit reacts to: a passage of one is quoted already.
     prompted: set[int] = set()
+    # The sentences on the question's words that the model reads: in the forwarded hits,
+    # then in those chosen.
+    told = set().union(*(_on(h.text, wanted) for h in hits if h.text in forwarded))
     chosen: list[SearchHit] = []
     for hit in outranking(hits, forwarded, unjudged=unjudged):
         if hit.text in seen or hit.seq in prompted:
             continue
         seen.add(hit.text)
+        says = _on(hit.text, wanted)
+        if says and says <= told:
+            continue
         matched = stems(hit.text) & wanted
         if hit.seq not in unjudged and _covered(matched, wanted, covered):
             continue
@@ -181,9 +188,18 @@ def fresh(
             prompted.update(p.seq for p in prompt)
             hit = dataclasses.replace(hit, prompt=prompt)
         chosen.append(hit)
+        told |= says
         if len(chosen) == k:
             break
     return chosen
+
+
+def _on(text: str, wanted: frozenset[str]) -> frozenset[str]:
+    """`text`'s sentences that hold one of the `wanted` stems, folded to compare: a hit
+    whose sentences on the question a chosen hit said already ("Retirement is hard
+    work.", a speaker's refrain) tells the model nothing more, whatever else it says."""
+    found = (m.group() for m in SENTENCE.finditer(text))
+    return frozenset(" ".join(s.lower().split()) for s in found if stems(s) & wanted)
 
 
 def _covered(

@@ -77,6 +77,69 @@ def test_fresh_skips_the_question_repeats_and_what_the_context_covers() -> None:
     assert recall.fresh(signed, "Sign?", ["Mei signed us up for a fun run."], k=3) == []
 
 
+def test_a_hit_whose_sentences_on_the_question_a_chosen_hit_said_tells_nothing_more() -> None:
+    question = "What did Frank do before he retired?"
+    refrain = "Mowed the lawn and took a nap. Retirement is hard work."
+    hits = [
+        hit(f"{refrain} Have you eaten yet today?", 120, score=3.7),
+        hit(f"No way! {refrain} I ironed shirts.", 173, score=3.5),
+        hit("mowed the lawn.  RETIREMENT is hard work.", 68, score=3.4),
+        hit("Thirty-one years in the fire department. Retired now.", 26, score=3.3),
+    ]
+    kept = recall.fresh(hits, question, [], k=3)
+    assert [h.seq for h in kept] == [120, 26]
+    # Nor one whose sentences on it the model reads in a forwarded message.
+    window = f"Hey! {refrain} How are you?"
+    kept = recall.fresh([hit(window, 200, score=3.0), *hits], question, [window], k=3)
+    assert [h.seq for h in kept] == [26]
+    # A hit saying the refrain and more on the question's words is news.
+    more = hit(f"{refrain} I retired from the fire department.", 30, score=3.6)
+    assert [h.seq for h in recall.fresh([hits[0], more], question, [], k=3)] == [120, 30]
+
+
+LINES = (
+    "Retirement is hard work.",
+    "retirement is  HARD work.",
+    "I retired from the fire department.",
+    "Mowed the lawn.",
+    "We retired the old boat.",
+)
+
+
+@given(
+    st.lists(st.lists(st.sampled_from(LINES), min_size=1, max_size=3), min_size=1, max_size=6),
+    st.sets(st.integers(0, 5)),
+)
+def test_each_chosen_hit_says_something_on_the_question_no_earlier_one_said(
+    texts: list[list[str]], shown: set[int]
+) -> None:
+    """Whatever the hits and which of them are forwarded: a chosen hit that speaks of
+    the question holds a sentence on it that no forwarded hit and no hit chosen before
+    it holds (sentences compared folded), and a hit saying one is not left out for it."""
+    question = "What did Frank do before he retired?"
+    hits = [hit(" ".join(t), i, score=10.0 - i) for i, t in enumerate(texts)]
+    window = [h.text for h in hits if h.seq in shown]
+    kept = recall.fresh(hits, question, window, k=len(hits))
+
+    def on(text: str) -> set[str]:
+        return {" ".join(s.lower().split()) for s in LINES if s in text and "etire" in s}
+
+    told = set().union(*(on(t) for t in window))
+    for h in kept:
+        assert on(h.text) - told or not on(h.text)
+        told |= on(h.text)
+    # Of the hits ranking above every forwarded one (the others rank below one:
+    # `outranking`), each with news the ones kept before it lacked is kept.
+    first = min((h.seq for h in hits if h.seq in shown), default=len(hits))
+    told = set().union(*(on(t) for t in window))
+    for h in hits[:first]:
+        if h.text in window or h.text in {k.text for k in kept if k.seq < h.seq}:
+            continue
+        if on(h.text) - told:
+            assert h in kept
+            told |= on(h.text)
+
+
 SUBJECTS = ("kayak", "museum", "passport", "guitar", "garden", "ramen")
 
 
