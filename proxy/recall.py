@@ -127,6 +127,7 @@ def fresh(
     *,
     unjudged: Set[int] = frozenset(),
     forwarded: Set[str] | None = None,
+    meant: Set[int] = frozenset(),
 ) -> list[SearchHit]:
     """The first `k` hits that tell the model something `context` does not already.
 
@@ -141,7 +142,9 @@ def fresh(
     - a hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
       earlier instances every time), when that message shares two of the
-      question's words or all of them (`_covered`);
+      question's words or all of them (`_covered`), or any one for a hit
+      found by meaning alone (`meant`, by seq: an embeddings hit, which no
+      word of the question ranked above the forwarded messages);
     - neither rule judges the hits (by seq) `unjudged`: those the words of a
       question asking beyond them found (`asks_beyond`), whose shared words
       name only its subject, so that a forwarded message sharing them says
@@ -176,7 +179,7 @@ def fresh(
         if says and says <= told:
             continue
         matched = stems(hit.text) & wanted
-        if hit.seq not in unjudged and _covered(matched, wanted, covered):
+        if hit.seq not in unjudged and _covered(matched, wanted, covered, hit.seq in meant):
             continue
         if hit.replies:
             hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
@@ -203,7 +206,10 @@ def _on(text: str, wanted: frozenset[str]) -> frozenset[str]:
 
 
 def _covered(
-    matched: frozenset[str], wanted: frozenset[str], covered: Sequence[frozenset[str]]
+    matched: frozenset[str],
+    wanted: frozenset[str],
+    covered: Sequence[frozenset[str]],
+    meant: bool = False,
 ) -> bool:
     """Whether a hit that `matched` these of the `wanted` stems is covered: one forwarded
     message holds them all (`covered` holds each one's), and says as much of the
@@ -213,10 +219,12 @@ def _covered(
     covers nothing: "Mei signed us up for a fun run" says little of whether the
     model reads what "Signed up for bouldering on thursday evenings" says, for
     "What class did Tomás sign up for?". The search ranked the hit above every
-    forwarded message it found already (`outranking`).
+    forwarded message it found already (`outranking`). A hit found by meaning
+    alone (`meant`) shares words with the question by chance, and no word ranked
+    it: a forwarded message holding the one it shares covers it.
     """
     return bool(matched) and any(
-        matched <= held and (len(held) > 1 or held == wanted) for held in covered
+        matched <= held and (meant or len(held) > 1 or held == wanted) for held in covered
     )
 
 

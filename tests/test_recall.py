@@ -75,6 +75,9 @@ def test_fresh_skips_the_question_repeats_and_what_the_context_covers() -> None:
     assert recall.fresh(signed, asked, ["Mei signed us up for a fun run."], k=3) == signed
     assert recall.fresh(signed, asked, ["Mei signed us up for a spin class."], k=3) == []
     assert recall.fresh(signed, "Sign?", ["Mei signed us up for a fun run."], k=3) == []
+    # A hit found by meaning alone shares its word by chance: one forwarded covers it.
+    run = ["Mei signed us up for a fun run."]
+    assert recall.fresh(signed, asked, run, k=3, meant={4}) == []
 
 
 def test_a_hit_whose_sentences_on_the_question_a_chosen_hit_said_tells_nothing_more() -> None:
@@ -147,18 +150,22 @@ SUBJECTS = ("kayak", "museum", "passport", "guitar", "garden", "ramen")
     st.sets(st.sampled_from(SUBJECTS), min_size=1, max_size=4),
     st.sets(st.sampled_from(SUBJECTS), max_size=4),
     st.sets(st.sampled_from(SUBJECTS), max_size=4),
+    st.booleans(),
 )
 def test_a_forwarded_message_covers_a_hit_only_with_two_of_the_questions_words_or_all(
-    asked: set[str], said: set[str], forwarded: set[str]
+    asked: set[str], said: set[str], forwarded: set[str], meant: bool
 ) -> None:
     """The hit is skipped exactly when one forwarded message holds every question word it
-    matched, and that message holds two of the question's words or all of them."""
+    matched, and that message holds two of the question's words or all of them; or
+    any of them, for a hit found by meaning alone."""
     question = f"{' and '.join(sorted(asked))}?"
     hit_text = f"Notes: {' '.join(sorted(said))} then lunch."
     window = f"Earlier: {' '.join(sorted(forwarded))} and coffee."
     matched, held = said & asked, forwarded & asked
-    skipped = bool(matched) and matched <= held and (len(held) > 1 or held == asked)
-    kept = recall.fresh([hit(hit_text, 3)], question, [window], k=3)
+    judged = meant or len(held) > 1 or held == asked
+    skipped = bool(matched) and matched <= held and judged
+    found = {3} if meant else set()
+    kept = recall.fresh([hit(hit_text, 3)], question, [window], k=3, meant=found)
     assert [h.text for h in kept] == ([] if skipped else [hit_text])
 
 
@@ -551,6 +558,31 @@ def test_hybrid_still_asks_the_stores_embeddings_when_no_words_are_found(
     assert int(r.headers["x-context-recall"]) >= 1
     block = upstream.chat_requests()[-1]["messages"][-2]["content"]
     assert f"[turn 5, user] {fact}" in block.splitlines()
+
+
+@pytest.mark.parametrize("method", ["hybrid", "embeddings"])
+def test_a_hit_found_by_meaning_alone_is_covered_by_the_one_word_it_shares_with_the_window(
+    tmp_path: Path, method: str
+) -> None:
+    """To the mock's vectors "Baril walk." means "Is the passport walk on?" exactly;
+    BM25 finds nothing ("walk" is in every message, "passport" in none). The hit shares
+    only "walk" with the question, and so does every forwarded message: judged by that
+    word, as a hit found by meaning always is, the window covers it. Asked with a word
+    only the archive holds ("quay"), its message is found by words, and recalled."""
+    with in_process(tmp_path, recall_method=method) as (client, upstream):
+        send = conversation(client)
+        for i in range(1, 60):
+            send(
+                user(
+                    "Baril walk." if i == 5 else "Baril walk at the quay." if i == 7 else filler(i)
+                )
+            )
+        r = send(user("Is the passport walk on?"))
+        assert r.headers["x-context-recall"] == "0"
+        r = send(user("Is the passport walk at the quay on?"))
+        assert int(r.headers["x-context-recall"]) >= 1
+        block = upstream.chat_requests()[-1]["messages"][-2]["content"]
+        assert "[turn 7, user] Baril walk at the quay." in block
 
 
 @pytest.mark.parametrize("method", ["lexical", "hybrid"])

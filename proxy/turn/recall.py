@@ -191,7 +191,7 @@ async def _search(
     # Forwarded messages (each of their passages) may rank first; ask for enough to skip them.
     limit = min(settings.k + rows, 1000)
     try:
-        hits, unjudged, searched_own = await _ranked(
+        hits, unjudged, meant, searched_own = await _ranked(
             ctx, key, question, headers, limit, context, forwarded, own, within
         )
     except StoreError:
@@ -200,7 +200,7 @@ async def _search(
     if unjudged:  # the question asks beyond its subject
         hits = await _detailed(hits, question, forwarded)
     found = recall.fresh(
-        hits, question, context, settings.k, unjudged=unjudged, forwarded=forwarded
+        hits, question, context, settings.k, unjudged=unjudged, forwarded=forwarded, meant=meant
     )
     if settings.feedback and found and len(found) < settings.k and english.asking(question)[0]:
         history = own[0] if own is not None and searched_own else None
@@ -225,11 +225,12 @@ async def _ranked(
     forwarded: frozenset[str],
     own: tuple[Sequence[Message], bool] | None,
     within: Set[str] | None,
-) -> tuple[list[SearchHit], frozenset[int], bool]:
-    """The archive's messages for `question`, best first, by the configured method, and
-    the lexical hits (by seq) that `recall.fresh` does not judge against `context`:
-    all of them when the question asks beyond its words (`recall.asks_beyond`); and
-    whether the hits come from the turn's `own` history (see `_lexical`).
+) -> tuple[list[SearchHit], frozenset[int], frozenset[int], bool]:
+    """The archive's messages for `question`, best first, by the configured method; the
+    lexical hits (by seq) that `recall.fresh` does not judge against `context`:
+    all of them when the question asks beyond its words (`recall.asks_beyond`); the
+    hits found by meaning alone (`recall.fresh`'s `meant`); and whether the hits come
+    from the turn's `own` history (see `_lexical`).
     Embeddings judge a question by its meaning, not its words, and only a turn that
     asks: a statement gets its lexical hits alone.
 
@@ -250,17 +251,17 @@ async def _ranked(
         if lexical and recall.asks_beyond(question, lexical, context):
             unjudged = frozenset(h.seq for h in lexical)
     if method == "lexical" or embedder is None or searched_own:
-        return lexical, unjudged, searched_own
+        return lexical, unjudged, frozenset(), searched_own
     if not english.asking(question)[0]:
         # A turn that asks nothing is close in meaning to the chat before it, as chat is:
         # its similarity tells nothing, only the words it alone names (lexical) do.
-        return lexical, unjudged, False
+        return lexical, unjudged, frozenset(), False
     try:
         (vector,) = await embedder.embed([question], headers)
     except EmbeddingsUnavailable as exc:
         ctx.metrics.embeddings.labels("failed").inc()
         log.info("recall for %s: embedding the question failed (%s)", key.conversation, exc)
-        return lexical, unjudged, False
+        return lexical, unjudged, frozenset(), False
     semantic = await ctx.store.nearest(
         key,
         embedder.model,
@@ -271,10 +272,11 @@ async def _ranked(
         names=recall.named(question),
     )
     semantic = recall.outranking(semantic, forwarded, margin=SIMILARITY_MARGIN)
+    meant = frozenset(h.seq for h in semantic)
     if method != "hybrid":
-        return semantic, frozenset(), False
+        return semantic, frozenset(), meant, False
     fused = fusion.fuse(recall.outranking(lexical, forwarded, unjudged=unjudged), semantic)
-    return fused, unjudged, False
+    return fused, unjudged, meant - {h.seq for h in lexical}, False
 
 
 async def _detailed(
