@@ -50,8 +50,9 @@ from proxy.tokens import offline_counter
 
 from . import recall_wires
 from .recall_score import Score
-from .recall_set import VARIANTS, Conversation, Question, dev_set
+from .recall_set import Conversation, Question, dev_set
 from .recall_sets import fifth_set, fourth_set, load, other_set, third_set
+from .recall_variants import VARIANTS
 from .recall_wires import WireUpstream
 
 MODEL = "recall-eval"

@@ -26,13 +26,13 @@ from bench.recall_eval import (
 from bench.recall_set import (
     FACTS,
     THEMES,
-    VARIANTS,
     Conversation,
     Question,
     conversation,
     dev_set,
 )
 from bench.recall_third import chats as third_chats
+from bench.recall_variants import VARIANTS
 from bench.recall_wires import WIRES
 from proxy.mock.embeddings import embedding_of
 
