@@ -265,12 +265,16 @@ _IRREGULAR = (
 # fmt: on
 # Words for one person or thing that stemming does not join: a question asks about
 # "Melanie's children" or "her father", its answer said "my kids" or "my dad". Kin
-# by their everyday names, and the plurals Porter leaves apart ("children", "people").
+# by their everyday names (each listed in the plural too: a word is looked up as
+# written), and the plurals Porter leaves apart ("children", "teeth"). Not those whose
+# stem everyday words share: "people" ("personally" stems to "person"), "men" ("oh
+# man"), "kids" ("just kidding").
 # fmt: off
 _SAME = (
-    "father dad daddy", "mother mom mum mommy mummy", "grandmother grandma granny",
-    "grandfather grandpa granddad", "child children kid", "person people", "man men",
-    "woman women", "wife wives", "foot feet", "tooth teeth", "mouse mice",
+    "father fathers dad dads daddy", "mother mothers mom moms mum mums mommy mummy",
+    "grandmother grandmothers grandma grandmas granny", "grandfather grandfathers grandpa "
+    "grandpas granddad", "child children", "woman women", "wife wives",
+    "tooth teeth", "mouse mice",
 )
 # fmt: on
 FORMS: dict[str, tuple[str, ...]] = {
@@ -292,6 +296,7 @@ RELATIONS = frozenset((
     "son", "daughter", "kid", "child", "boy", "girl", "baby", "brother", "sister", "wife",
     "husband", "partner", "boyfriend", "girlfriend", "fiance", "fiancee", "mom", "mum",
     "mother", "dad", "father", "grandma", "grandmother", "grandpa", "grandfather", "aunt",
+    "daddy", "mommy", "mummy", "granny", "granddad",
     "uncle", "cousin", "nephew", "niece", "friend", "roommate", "neighbor", "neighbour",
     "boss", "coworker", "colleague", "manager", "mentor", "teacher", "coach", "dog", "cat",
     "puppy", "kitten", "pet", "horse", "bird",

@@ -62,6 +62,7 @@ def extended(
         context,
         k - len(found),
         forwarded=forwarded,
+        quoted=found,
     )
     added = []
     for hit in fresh:

@@ -128,6 +128,7 @@ def fresh(
     unjudged: Set[int] = frozenset(),
     forwarded: Set[str] | None = None,
     meant: Set[int] = frozenset(),
+    quoted: Sequence[SearchHit] = (),
 ) -> list[SearchHit]:
     """The first `k` hits that tell the model something `context` does not already.
 
@@ -139,7 +140,7 @@ def fresh(
       nothing: the context answers to the question about as well (the search
       ranks forwarded messages too, when the archive has them; embeddings hits
       come cut by their margin already, see `outranking`);
-    - a hit whose matched question words all appear in one forwarded message
+    - a judged hit whose matched question words all appear in one forwarded message
       is covered by it (a recurring question would otherwise recall its own
       earlier instances every time), when that message shares two of the
       question's words or all of them (`_covered`), or any one for a hit
@@ -149,16 +150,19 @@ def fresh(
       question asking beyond them found (`asks_beyond`), whose shared words
       name only its subject, so that a forwarded message sharing them says
       nothing of whether the answer is forwarded;
-    - the question itself, and repeats of an earlier hit, are skipped, as is a hit
-      whose sentences on the question's words the chosen hits hold already (`_on`);
+    - the question itself, and repeats of an earlier hit, are skipped, as is a judged
+      hit whose sentences on the question's words the forwarded hits or those chosen
+      hold already (`_on`);
     - a hit keeps the replies it carries only when it asks about the question,
       and only those neither forwarded nor quoted already;
     - a hit keeps the message it followed (its `prompt`, the other side's) only
       when it reacts (`reacts`), and only when neither forwarded nor quoted already.
 
-    `forwarded` is `as_searched(context)`'s texts, when the caller has them.
+    `forwarded` is `as_searched(context)`'s texts, when the caller has them;
+    `quoted`, hits chosen before (by another search) whose sentences count as said.
     """
     wanted = stems(question)
+    groups = word_groups(question)
     if forwarded is None:
         forwarded, _ = as_searched(context)
     # The scan over the context only serves the hits the rules judge.
@@ -169,17 +173,21 @@ def fresh(
     prompted: set[int] = set()
     # The sentences on the question's words that the model reads: in the forwarded hits,
     # then in those chosen.
-    told = set().union(*(_on(h.text, wanted) for h in hits if h.text in forwarded))
+    reads = [*(h.text for h in hits if h.text in forwarded), *(h.text for h in quoted)]
+    told = set().union(*(_on(text, wanted) for text in reads))
     chosen: list[SearchHit] = []
     for hit in outranking(hits, forwarded, unjudged=unjudged):
         if hit.text in seen or hit.seq in prompted:
             continue
         seen.add(hit.text)
+        # A question asking beyond its subject matches the subject's routine sentences:
+        # its answer is in another sentence, so neither rule judges its (unjudged) hits.
+        judged = hit.seq not in unjudged
         says = _on(hit.text, wanted)
-        if says and says <= told:
+        if judged and says and says <= told:
             continue
         matched = stems(hit.text) & wanted
-        if hit.seq not in unjudged and _covered(matched, wanted, covered, hit.seq in meant):
+        if judged and _covered(matched, groups, covered, hit.seq in meant):
             continue
         if hit.replies:
             hit = dataclasses.replace(hit, replies=_answers(hit, wanted, forwarded, seen))
@@ -205,15 +213,21 @@ def _on(text: str, wanted: frozenset[str]) -> frozenset[str]:
     return frozenset(" ".join(s.lower().split()) for s in found if stems(s) & wanted)
 
 
+def word_groups(question: str) -> list[frozenset[str]]:
+    """The stems of each of `question`'s words, a word's other forms with it ("choose",
+    "chose", "chosen"): what counts as one word of the question."""
+    return [frozenset(porter(forms(w))) for w in words(question)]
+
+
 def _covered(
     matched: frozenset[str],
-    wanted: frozenset[str],
+    groups: Sequence[frozenset[str]],
     covered: Sequence[frozenset[str]],
     meant: bool = False,
 ) -> bool:
-    """Whether a hit that `matched` these of the `wanted` stems is covered: one forwarded
-    message holds them all (`covered` holds each one's), and says as much of the
-    question as a message can be judged on: two of its words, or all of them.
+    """Whether a hit that `matched` these of the question's stems is covered: one
+    forwarded message holds them all (`covered` holds each one's), and says as much of
+    the question as a message can be judged on: two of its words (`groups`), or all.
 
     A forwarded message sharing one word of a question asking with several
     covers nothing: "Mei signed us up for a fun run" says little of whether the
@@ -223,9 +237,14 @@ def _covered(
     alone (`meant`) shares words with the question by chance, and no word ranked
     it: a forwarded message holding the one it shares covers it.
     """
-    return bool(matched) and any(
-        matched <= held and (meant or len(held) > 1 or held == wanted) for held in covered
-    )
+    if not matched:
+        return False
+    for held in covered:
+        if matched <= held:
+            said = sum(1 for group in groups if group & held)
+            if meant or said > 1 or said == len(groups):
+                return True
+    return False
 
 
 def asks_beyond(question: str, hits: Sequence[SearchHit], context: Sequence[str]) -> bool:

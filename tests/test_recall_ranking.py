@@ -527,6 +527,14 @@ def test_neither_rule_judges_the_hits_of_a_question_asking_beyond() -> None:
     # Only the unjudged hits: another is judged as before.
     other = hit(5, "The shelter got blankets.")
     assert recall.fresh([fact, other], question, [covering], k=3, unjudged={3}) == [fact]
+    # Nor does the rule on sentences said already judge them: their sentences on the
+    # question are the subject's routine ones, the answer another.
+    walked = hit(4, "Another Saturday at the shelter. Walked six dogs.")
+    made = hit(3, "Another Saturday at the shelter. They made me volunteer coordinator!")
+    assert recall.fresh([walked, made], question, [], k=3, unjudged={3, 4}) == [walked, made]
+    window = hit(8, "Another Saturday at the shelter.", score=0.5)
+    ranked = [made, window]
+    assert recall.fresh(ranked, question, [window.text], k=3, unjudged={3}) == [made]
 
 
 # The shelter's four places go first to those saying, where they speak of it, a word no

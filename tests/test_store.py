@@ -842,13 +842,13 @@ async def test_a_relative_is_searched_by_every_name_the_relation_goes_by(store: 
     messages = chat_between_friends()
     came = "My dad Joe flew in for a week. Now the whole lab wants to adopt him."
     cooked = "Joe cooked biryani for everyone on Friday."
-    kids = "The kids start school on Monday, finally."
+    kids = "Our child starts school on Monday, finally."
     messages[3], messages[15], messages[19] = user(came), user(cooked), user(kids)
     await store.commit(turn(ALICE, messages))
     # Asked by "father", told by "dad", then by his name.
     hits = await store.search(ALICE, recall.terms("What is Priya's father up to?"), limit=5)
     assert sorted(h.text for h in hits) == sorted([came, cooked])
-    # "children" is "kids" to Porter's eyes only through the list: its plural is irregular.
+    # "children" is "child" to Porter's eyes only through the list: its plural is irregular.
     hits = await store.search(ALICE, recall.terms("When do Priya's children start?"), limit=5)
     assert [h.text for h in hits] == [kids]
 
